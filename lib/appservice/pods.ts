@@ -1,0 +1,125 @@
+/**
+ * The Pods an AppService wants: names `<name>-<ordinal>` (ordinal 0 to replicas-1), the standard
+ * labels, a controller ownerReference, and a spec-hash annotation of the Pod template that tells
+ * drift (S8) without comparing defaulted Pod specs field by field.
+ *
+ * Why ordinals and not generated suffixes: a name is its own create-once guard. A reconcile that
+ * runs on a stale cache can only get AlreadyExists, never a duplicate Pod, so there are never more
+ * than `replicas` Pods of the current name range (plus ones still terminating).
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import type { Container, Pod } from "kubernetes-types/core/v1.d.ts";
+import type { OwnerReference } from "kubernetes-types/meta/v1.d.ts";
+import { type AppService, GROUP, KIND, VERSION } from "./schema.ts";
+
+/** Annotation holding the hash of the Pod template a Pod was made from. */
+export const SPEC_HASH_ANNOTATION = "apps.our-org.com/spec-hash";
+/** Value of `app.kubernetes.io/managed-by` on every owned object; also the field manager. */
+export const MANAGED_BY = "appservice-operator";
+/** Label selector matching every object this operator manages (informer filter). */
+export const MANAGED_SELECTOR = `app.kubernetes.io/managed-by=${MANAGED_BY}`;
+/** Name of the single container in each Pod. */
+export const CONTAINER_NAME = "app";
+
+/** Labels of every object owned by `as` (recommended labels, Kubernetes docs). */
+export function ownedLabels(as: AppService): Record<string, string> {
+  return {
+    "app.kubernetes.io/name": as.metadata.name!,
+    "app.kubernetes.io/instance": as.metadata.name!,
+    "app.kubernetes.io/managed-by": MANAGED_BY,
+  };
+}
+
+/** Labels a Service selects Pods by (a subset of {@link ownedLabels}). */
+export function selectorLabels(as: AppService): Record<string, string> {
+  return {
+    "app.kubernetes.io/instance": as.metadata.name!,
+    "app.kubernetes.io/managed-by": MANAGED_BY,
+  };
+}
+
+/** The controller ownerReference pointing at `as` (blockOwnerDeletion, as controllers set it). */
+export function ownerRef(as: AppService): OwnerReference {
+  return {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: KIND,
+    name: as.metadata.name!,
+    uid: as.metadata.uid!,
+    controller: true,
+    blockOwnerDeletion: true,
+  };
+}
+
+/** JSON with object keys sorted, so equal values always hash equally. */
+export function stableJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(stableJson).join(",")}]`;
+  if (v && typeof v === "object") {
+    const entries = Object.entries(v as Record<string, unknown>)
+      .filter(([, x]) => x !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, x]) => `${JSON.stringify(k)}:${stableJson(x)}`).join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/** The Pod spec every replica of `as` gets. */
+export function podSpec(as: AppService): Pod["spec"] {
+  const s = as.spec;
+  const container: Container = { name: CONTAINER_NAME, image: s.image };
+  if (s.env?.length) container.env = s.env as Container["env"];
+  if (s.ports?.length) container.ports = s.ports;
+  if (s.resources && Object.keys(s.resources).length) {
+    container.resources = s.resources as Container["resources"];
+  }
+  return {
+    containers: [container],
+    restartPolicy: s.restartPolicy ?? "Always",
+  };
+}
+
+/** Hash (10 hex digits of SHA-256) of the Pod template: image, env, ports, resources, restartPolicy. */
+export function specHash(as: AppService): string {
+  return createHash("sha256").update(stableJson(podSpec(as))).digest("hex").slice(0, 10);
+}
+
+/** Name of the Pod with this ordinal. */
+export function podName(as: AppService, ordinal: number): string {
+  return `${as.metadata.name}-${ordinal}`;
+}
+
+/** The ordinal of a Pod named `<name>-<n>`, or undefined when the name is not of that form. */
+export function podOrdinal(as: AppService, pod: Pod): number | undefined {
+  const prefix = `${as.metadata.name}-`;
+  const n = pod.metadata?.name ?? "";
+  if (!n.startsWith(prefix)) return undefined;
+  const rest = n.slice(prefix.length);
+  return /^(0|[1-9][0-9]{0,2})$/.test(rest) ? Number(rest) : undefined;
+}
+
+/** The full Pod object for ordinal `ordinal`. */
+export function desiredPod(as: AppService, ordinal: number, hash = specHash(as)): Pod {
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: {
+      name: podName(as, ordinal),
+      namespace: as.metadata.namespace,
+      labels: ownedLabels(as),
+      annotations: { [SPEC_HASH_ANNOTATION]: hash },
+      ownerReferences: [ownerRef(as)],
+    },
+    spec: podSpec(as),
+  };
+}
+
+/** Whether the Pod's Ready condition is True. */
+export function isPodReady(pod: Pod): boolean {
+  return !!pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");
+}
+
+/** Sum of container restart counts. */
+export function restartCount(pod: Pod): number {
+  return (pod.status?.containerStatuses ?? []).reduce((n, c) => n + (c.restartCount ?? 0), 0);
+}

@@ -1,0 +1,441 @@
+/**
+ * The AppService reconciler: from the cached AppService and its cached Pods and Service, it
+ * makes the cluster match the spec, then reports status. One call handles one key; it is
+ * idempotent and safe to run on a stale cache.
+ *
+ * Steps:
+ * 1. Gone from the cache: nothing to do (owned objects carry ownerReferences; the garbage
+ *    collector removes them if the finalizer was bypassed).
+ * 2. Being deleted: delete owned Pods and the Service, confirm through the API (not the cache)
+ *    that they are gone, then remove the finalizer with a JSON patch whose `test` op makes it
+ *    safe against concurrent change. A failing cleanup keeps the finalizer, sets `Degraded`
+ *    (reason CleanupFailed), records a Warning Event and retries with backoff (S6).
+ * 3. Otherwise: add the finalizer; delete Pods beyond `replicas` (scale down) and Failed Pods;
+ *    create missing ordinals; replace drifted Pods (spec-hash differs) one at a time while the
+ *    others stay Ready (or when none is Ready), deleting first and recreating once the old Pod is
+ *    gone, so there are never more than `replicas` Pods plus one terminating (S8); create, update
+ *    or delete the Service; write status only when it changed (S9).
+ *
+ * Pods are created with POST (not server-side apply): a Pod's spec is immutable, so "apply" could
+ * only ever create, and POST's AlreadyExists makes a stale-cache retry harmless. The Service,
+ * whose ports do change, is written with server-side apply (field manager `appservice-operator`).
+ *
+ * @module
+ */
+import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
+import type { KubeClient } from "../kube/client.ts";
+import { ApiError, isAlreadyExists, isNotFound } from "../kube/errors.ts";
+import { PODS, SERVICES } from "../kube/resources.ts";
+import type { ReconcileContext, ReconcileResult } from "../runtime/controller.ts";
+import type { EventRecorder } from "../runtime/events.ts";
+import { errorText } from "../runtime/log.ts";
+import { CONTROLLER_UID_INDEX, splitKey, type Store } from "../runtime/store.ts";
+import {
+  desiredPod,
+  isPodReady,
+  MANAGED_BY,
+  podOrdinal,
+  SPEC_HASH_ANNOTATION,
+  specHash,
+} from "./pods.ts";
+import { type AppService, APPSERVICES, type AppServiceStatusT, FINALIZER } from "./schema.ts";
+import { desiredService, serviceMatches } from "./service.ts";
+import { type ConditionInput, mergeConditions, podStatuses, statusChanged } from "./status.ts";
+
+/** Field manager of every write (server-side apply and create/update). */
+export const FIELD_MANAGER = MANAGED_BY;
+/** How often a deletion waiting for Pods to terminate looks again (ms). */
+export const CLEANUP_POLL_MS = 2_000;
+
+/** What the reconciler reads and writes through. */
+export interface ReconcilerDeps {
+  client: KubeClient;
+  appServices: Store<AppService>;
+  pods: Store<Pod>;
+  services: Store<Service>;
+  events: EventRecorder;
+  /** Wall clock (ms); injected for tests. */
+  now?: () => number;
+}
+
+/** An error already reported through status and an Event; the controller only retries it. */
+class ReportedError extends Error {}
+
+/** Builds the reconcile function for the controller. */
+export function appServiceReconciler(deps: ReconcilerDeps) {
+  const now = deps.now ?? Date.now;
+  const { client, events } = deps;
+
+  async function writeStatus(
+    as: AppService,
+    next: AppServiceStatusT,
+    signal: AbortSignal,
+  ): Promise<AppService> {
+    if (!statusChanged(as.status, next)) return as;
+    const status = { ...next, lastReconciliation: new Date(now()).toISOString() };
+    return await client.patch<AppService>(APPSERVICES, as.metadata.name!, { status }, {
+      namespace: as.metadata.namespace,
+      subresource: "status",
+      type: "merge",
+      fieldManager: FIELD_MANAGER,
+      signal,
+    });
+  }
+
+  function baseStatus(
+    as: AppService,
+    pods: Pod[],
+    conditions: ConditionInput[],
+  ): AppServiceStatusT {
+    const replicas = as.spec.replicas ?? 1;
+    const hash = specHash(as);
+    const readyReplicas = pods.filter((p) =>
+      !p.metadata?.deletionTimestamp && isPodReady(p) &&
+      p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash &&
+      (podOrdinal(as, p) ?? Infinity) < replicas
+    ).length;
+    const generation = as.metadata.generation ?? 0;
+    const nowIso = new Date(now()).toISOString();
+    return {
+      ready: readyReplicas >= replicas,
+      replicas,
+      readyReplicas,
+      replicasSummary: `${readyReplicas}/${replicas}`,
+      observedGeneration: generation,
+      conditions: mergeConditions(as.status?.conditions, conditions, generation, nowIso),
+      podStatuses: podStatuses(pods),
+    };
+  }
+
+  async function deleteIgnoringNotFound(
+    kind: "Pod" | "Service",
+    obj: Pod | Service,
+    signal: AbortSignal,
+  ): Promise<void> {
+    try {
+      await client.delete(kind === "Pod" ? PODS : SERVICES, obj.metadata!.name!, {
+        namespace: obj.metadata!.namespace,
+        preconditions: { uid: obj.metadata!.uid },
+        signal,
+      });
+    } catch (err) {
+      // Already gone, or replaced by another object of that name (uid precondition: 409).
+      if (isNotFound(err) || (err instanceof ApiError && err.code === 409)) return;
+      throw err;
+    }
+  }
+
+  async function finalize(as: AppService, ctx: ReconcileContext): Promise<ReconcileResult> {
+    const { signal, logger } = ctx;
+    if (!as.metadata.finalizers?.includes(FINALIZER)) return {};
+    const ns = as.metadata.namespace!;
+    const uid = as.metadata.uid!;
+    // Confirm through the API, not the cache: the finalizer goes only when they are really gone.
+    const listed = await client.listAll<Pod>(PODS, {
+      namespace: ns,
+      labelSelector: `app.kubernetes.io/instance=${as.metadata.name}`,
+      signal,
+    });
+    const pods = listed.items.filter((p) =>
+      p.metadata?.ownerReferences?.some((r) => r.controller && r.uid === uid)
+    );
+    let svc: Service | undefined;
+    try {
+      const s = await client.get<Service>(SERVICES, as.metadata.name!, { namespace: ns, signal });
+      if (s.metadata?.ownerReferences?.some((r) => r.controller && r.uid === uid)) svc = s;
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    const failures: string[] = [];
+    for (const p of pods) {
+      if (p.metadata?.deletionTimestamp) continue;
+      try {
+        await deleteIgnoringNotFound("Pod", p, signal);
+        logger.info("Deleted Pod for cleanup", { pod: p.metadata?.name });
+      } catch (err) {
+        failures.push(`Pod ${p.metadata?.name}: ${errorText(err)}`);
+      }
+    }
+    if (svc && !svc.metadata?.deletionTimestamp) {
+      try {
+        await deleteIgnoringNotFound("Service", svc, signal);
+        logger.info("Deleted Service for cleanup", { service: svc.metadata?.name });
+      } catch (err) {
+        failures.push(`Service ${svc.metadata?.name}: ${errorText(err)}`);
+      }
+    }
+    const remaining = pods.length + (svc ? 1 : 0);
+    if (failures.length > 0 || remaining > 0) {
+      const message = failures.length > 0
+        ? `cleanup failed: ${failures.join("; ")}`
+        : `waiting for ${pods.length} Pod(s)${svc ? " and the Service" : ""} to be deleted`;
+      const conditions: ConditionInput[] = [
+        { type: "Ready", status: "False", reason: "Terminating", message },
+        { type: "Progressing", status: "True", reason: "Terminating", message },
+        failures.length > 0
+          ? { type: "Degraded", status: "True", reason: "CleanupFailed", message }
+          : { type: "Degraded", status: "False", reason: "AsExpected", message: "" },
+      ];
+      try {
+        await writeStatus(as, baseStatus(as, pods, conditions), signal);
+      } catch (err) {
+        if (!isNotFound(err)) logger.warn("Status write failed", { error: errorText(err) });
+      }
+      if (failures.length > 0) {
+        await events.record(as, {
+          type: "Warning",
+          reason: "CleanupFailed",
+          action: "Delete",
+          note: message,
+        });
+        throw new ReportedError(message);
+      }
+      return { requeueAfterMs: CLEANUP_POLL_MS };
+    }
+    // Everything is gone: remove our finalizer, guarded by a JSON patch test of its position.
+    const idx = as.metadata.finalizers.indexOf(FINALIZER);
+    try {
+      await client.patch(APPSERVICES, as.metadata.name!, [
+        { op: "test", path: `/metadata/finalizers/${idx}`, value: FINALIZER },
+        { op: "remove", path: `/metadata/finalizers/${idx}` },
+      ], { namespace: ns, type: "json", fieldManager: FIELD_MANAGER, signal });
+    } catch (err) {
+      if (isNotFound(err)) return {};
+      throw err;
+    }
+    logger.info("Cleanup complete; finalizer removed");
+    return {};
+  }
+
+  return async function reconcile(
+    key: string,
+    ctx: ReconcileContext,
+  ): Promise<ReconcileResult | void> {
+    const { signal, logger } = ctx;
+    let as = deps.appServices.get(key);
+    if (!as) return;
+    if (as.metadata.deletionTimestamp) return await finalize(as, ctx);
+    const { namespace: ns, name } = splitKey(key);
+
+    if (!as.metadata.finalizers?.includes(FINALIZER)) {
+      const has = as.metadata.finalizers !== undefined && as.metadata.finalizers !== null;
+      as = await client.patch<AppService>(
+        APPSERVICES,
+        name,
+        has
+          ? [
+            { op: "test", path: "/metadata/resourceVersion", value: as.metadata.resourceVersion },
+            { op: "add", path: "/metadata/finalizers/-", value: FINALIZER },
+          ]
+          : [
+            { op: "test", path: "/metadata/resourceVersion", value: as.metadata.resourceVersion },
+            { op: "add", path: "/metadata/finalizers", value: [FINALIZER] },
+          ],
+        { namespace: ns, type: "json", fieldManager: FIELD_MANAGER, signal },
+      );
+      logger.debug("Added finalizer");
+    }
+
+    const replicas = as.spec.replicas ?? 1;
+    const hash = specHash(as);
+    const owned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
+    const failures: { reason: string; message: string }[] = [];
+    const byOrdinal = new Map<number, Pod>();
+    const toDelete: { pod: Pod; why: string }[] = [];
+    for (const p of owned) {
+      const ord = podOrdinal(as, p);
+      if (p.metadata?.deletionTimestamp) {
+        if (ord !== undefined) byOrdinal.set(ord, p);
+        continue;
+      }
+      if (ord === undefined || ord >= replicas) {
+        toDelete.push({ pod: p, why: "ScaledDown" });
+      } else if (
+        p.status?.phase === "Failed" ||
+        (p.status?.phase === "Succeeded" && (as.spec.restartPolicy ?? "Always") === "Always")
+      ) {
+        toDelete.push({ pod: p, why: p.status?.phase === "Failed" ? "PodFailed" : "PodExited" });
+        byOrdinal.set(ord, p);
+      } else {
+        byOrdinal.set(ord, p);
+      }
+    }
+
+    // Rolling replacement of drifted Pods, one at a time.
+    const live = [...byOrdinal.values()];
+    const terminating = live.filter((p) => p.metadata?.deletionTimestamp).length;
+    const outdated = live.filter((p) =>
+      !p.metadata?.deletionTimestamp && p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] !== hash
+    );
+    const current = live.filter((p) =>
+      !p.metadata?.deletionTimestamp && p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash
+    );
+    const anyReady = live.some((p) => !p.metadata?.deletionTimestamp && isPodReady(p));
+    const replacing = toDelete.some((d) => d.why !== "ScaledDown");
+    if (outdated.length > 0 && terminating === 0 && !replacing) {
+      // Proceed only when every other Pod is Ready (or none is Ready: nothing to protect).
+      const candidate = outdated.find((p) => !isPodReady(p)) ?? outdated[0];
+      const othersReady = live.every((p) => p === candidate || isPodReady(p));
+      const missing = replicas - live.length;
+      if ((othersReady && missing === 0) || !anyReady) {
+        toDelete.push({ pod: candidate, why: "SpecChanged" });
+      }
+    }
+
+    for (const { pod, why } of toDelete) {
+      try {
+        await deleteIgnoringNotFound("Pod", pod, signal);
+        logger.info("Deleted Pod", { pod: pod.metadata?.name, reason: why });
+        await events.record(as, {
+          type: "Normal",
+          reason: why === "SpecChanged" ? "PodReplaced" : "PodDeleted",
+          action: "Delete",
+          note: `Deleted Pod ${pod.metadata?.name} (${why})`,
+          related: pod,
+        });
+      } catch (err) {
+        failures.push({
+          reason: "FailedDeletePod",
+          message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
+        });
+      }
+    }
+
+    // Create missing ordinals.
+    let created = 0;
+    for (let i = 0; i < replicas; i++) {
+      if (byOrdinal.has(i)) continue;
+      const pod = desiredPod(as, i, hash);
+      try {
+        await client.create<Pod>(PODS, pod, { fieldManager: FIELD_MANAGER, signal });
+        created++;
+        logger.info("Created Pod", { pod: pod.metadata?.name, specHash: hash });
+        await events.record(as, {
+          type: "Normal",
+          reason: "PodCreated",
+          action: "Create",
+          note: `Created Pod ${pod.metadata?.name}`,
+          related: pod,
+        });
+      } catch (err) {
+        if (isAlreadyExists(err)) continue; // stale cache: it exists; its watch event will come
+        failures.push({
+          reason: "FailedCreatePod",
+          message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
+        });
+      }
+    }
+
+    // Service.
+    const wantSvc = desiredService(as);
+    const liveSvc = deps.services.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
+    try {
+      if (wantSvc && !(liveSvc && serviceMatches(liveSvc, wantSvc))) {
+        await client.patch<Service>(SERVICES, name, wantSvc, {
+          namespace: ns,
+          type: "apply",
+          fieldManager: FIELD_MANAGER,
+          force: true,
+          signal,
+        });
+        logger.info(liveSvc ? "Updated Service" : "Created Service", { service: name });
+        await events.record(as, {
+          type: "Normal",
+          reason: liveSvc ? "ServiceUpdated" : "ServiceCreated",
+          action: liveSvc ? "Update" : "Create",
+          note: `${liveSvc ? "Updated" : "Created"} Service ${name}`,
+        });
+      } else if (!wantSvc && liveSvc && !liveSvc.metadata?.deletionTimestamp) {
+        await deleteIgnoringNotFound("Service", liveSvc, signal);
+        logger.info("Deleted Service", { service: name });
+        await events.record(as, {
+          type: "Normal",
+          reason: "ServiceDeleted",
+          action: "Delete",
+          note: `Deleted Service ${name} (no ports declared)`,
+        });
+      }
+    } catch (err) {
+      failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
+    }
+
+    // Status.
+    const podsNow = owned;
+    const failedPods = owned.filter((p) => p.status?.phase === "Failed").map((p) =>
+      p.metadata?.name
+    );
+    const st = baseStatus(as, podsNow, []);
+    const converged = outdated.length === 0 && terminating === 0 && toDelete.length === 0 &&
+      created === 0 && current.length === replicas;
+    const progressingReason = outdated.length > 0
+      ? "RollingUpdate"
+      : current.length + created < replicas || toDelete.length > 0 || terminating > 0
+      ? "Scaling"
+      : "Creating";
+    const conditions: ConditionInput[] = [
+      st.ready
+        ? {
+          type: "Ready",
+          status: "True",
+          reason: "AllReplicasReady",
+          message: `${st.readyReplicas}/${replicas} Pods ready`,
+        }
+        : {
+          type: "Ready",
+          status: "False",
+          reason: "ReplicasNotReady",
+          message: `${st.readyReplicas}/${replicas} Pods ready`,
+        },
+      converged && st.ready
+        ? {
+          type: "Progressing",
+          status: "False",
+          reason: "Complete",
+          message: `${replicas} Pod(s) at spec hash ${hash}`,
+        }
+        : {
+          type: "Progressing",
+          status: "True",
+          reason: converged ? "WaitingForReady" : progressingReason,
+          message: converged
+            ? "waiting for Pods to become Ready"
+            : `${outdated.length} outdated, ${terminating} terminating, ${
+              Math.max(0, replicas - live.length)
+            } missing`,
+        },
+      failures.length > 0
+        ? {
+          type: "Degraded",
+          status: "True",
+          reason: failures[0].reason,
+          message: failures.map((f) => f.message).join("; "),
+        }
+        : failedPods.length > 0
+        ? {
+          type: "Degraded",
+          status: "True",
+          reason: "PodFailed",
+          message: `Pod(s) failed: ${failedPods.join(", ")}`,
+        }
+        : { type: "Degraded", status: "False", reason: "AsExpected", message: "" },
+    ];
+    const next = baseStatus(as, podsNow, conditions);
+    try {
+      await writeStatus(as, next, signal);
+    } catch (err) {
+      if (isNotFound(err)) return;
+      throw err;
+    }
+    if (failures.length > 0) {
+      for (const f of failures) {
+        await events.record(as, {
+          type: "Warning",
+          reason: f.reason,
+          action: "Reconcile",
+          note: f.message,
+        });
+      }
+      throw new ReportedError(failures.map((f) => f.message).join("; "));
+    }
+  };
+}

@@ -1,0 +1,275 @@
+/**
+ * The AppService API, written once: TypeBox schemas give the TypeScript types, the CRD in
+ * `crd/appservice.yaml` (see {@link appServiceCrd}; `deno task crd` writes it, a test fails when
+ * the committed file is stale) and in-process validation ({@link validateSpec}).
+ *
+ * Shapes follow the Kubernetes API (core/v1 EnvVar, ContainerPort, ResourceRequirements,
+ * meta/v1 Condition) and the structural-schema rules of apiextensions.k8s.io/v1 (every field
+ * typed; quantities are `x-kubernetes-int-or-string`).
+ *
+ * @module
+ */
+import { type Static, type TSchema, Type } from "@sinclair/typebox";
+import { Value } from "@sinclair/typebox/value";
+import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
+
+/** API group of AppService. */
+export const GROUP = "apps.our-org.com";
+/** API version served and stored. */
+export const VERSION = "v1";
+/** Kind. */
+export const KIND = "AppService";
+/** Plural resource name. */
+export const PLURAL = "appservices";
+/** Finalizer the operator puts on every AppService it manages. */
+export const FINALIZER = "apps.our-org.com/finalizer";
+
+/**
+ * Container image reference: `[registry[:port]/]path[:tag][@sha256:<64 hex>]` with a tag, a digest
+ * or both (distribution/reference grammar). Path components are lower case; the registry host may
+ * carry a port. RE2-compatible, as the apiserver evaluates `pattern` with Go's regexp.
+ */
+export const IMAGE_PATTERN = "^" +
+  "(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])" +
+  "(?:\\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?" +
+  "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*" +
+  "(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*" +
+  "(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(?:@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$";
+
+/** A resource quantity ("500m", "128Mi", 2): int-or-string with the Kubernetes quantity form. */
+const Quantity = Type.Unsafe<string | number>({
+  "x-kubernetes-int-or-string": true,
+  anyOf: [{ type: "integer" }, { type: "string" }],
+  pattern:
+    "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+});
+
+const KeySelector = (what: string) =>
+  Type.Object({
+    name: Type.Optional(Type.String({ description: `Name of the ${what}.` })),
+    key: Type.String({ description: `Key in the ${what}.` }),
+    optional: Type.Optional(Type.Boolean()),
+  });
+
+/** core/v1 EnvVar. */
+export const EnvVar = Type.Object({
+  name: Type.String({ minLength: 1, description: "Environment variable name." }),
+  value: Type.Optional(Type.String()),
+  valueFrom: Type.Optional(Type.Object({
+    configMapKeyRef: Type.Optional(KeySelector("ConfigMap")),
+    secretKeyRef: Type.Optional(KeySelector("Secret")),
+    fieldRef: Type.Optional(Type.Object({
+      apiVersion: Type.Optional(Type.String()),
+      fieldPath: Type.String(),
+    })),
+    resourceFieldRef: Type.Optional(Type.Object({
+      containerName: Type.Optional(Type.String()),
+      resource: Type.String(),
+      divisor: Type.Optional(Quantity),
+    })),
+  })),
+});
+
+/** core/v1 ContainerPort. */
+export const ContainerPort = Type.Object({
+  containerPort: Type.Integer({ minimum: 1, maximum: 65535, description: "Port number." }),
+  name: Type.Optional(Type.String({
+    maxLength: 15,
+    pattern: "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$",
+    description: "IANA_SVC_NAME; also the Service port name.",
+  })),
+  protocol: Type.Optional(Type.Union([
+    Type.Literal("TCP"),
+    Type.Literal("UDP"),
+    Type.Literal("SCTP"),
+  ], { default: "TCP" })),
+  hostIP: Type.Optional(Type.String()),
+  hostPort: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
+});
+
+/** core/v1 ResourceRequirements (limits, requests). */
+export const ResourceRequirements = Type.Object({
+  limits: Type.Optional(Type.Record(Type.String(), Quantity)),
+  requests: Type.Optional(Type.Record(Type.String(), Quantity)),
+});
+
+/** Restart policies a Pod accepts. */
+export const RestartPolicy = Type.Union([
+  Type.Literal("Always"),
+  Type.Literal("OnFailure"),
+  Type.Literal("Never"),
+], { default: "Always", description: "Pod restartPolicy." });
+
+/** AppService spec. */
+export const AppServiceSpec = Type.Object({
+  image: Type.String({
+    minLength: 1,
+    maxLength: 512,
+    pattern: IMAGE_PATTERN,
+    description: "Container image with a tag and/or digest, e.g. nginx:1.27 or " +
+      "ghcr.io/org/app@sha256:<64 hex>.",
+  }),
+  replicas: Type.Optional(Type.Integer({
+    minimum: 1,
+    maximum: 10,
+    default: 1,
+    description: "Number of Pods (1 to 10).",
+  })),
+  resources: Type.Optional(ResourceRequirements),
+  env: Type.Optional(Type.Array(EnvVar, { maxItems: 100 })),
+  ports: Type.Optional(Type.Array(ContainerPort, { maxItems: 20 })),
+  restartPolicy: Type.Optional(RestartPolicy),
+});
+
+/** meta/v1 Condition. */
+export const Condition = Type.Object({
+  type: Type.String(),
+  status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")]),
+  reason: Type.String(),
+  message: Type.String(),
+  lastTransitionTime: Type.String({ format: "date-time" }),
+  observedGeneration: Type.Optional(Type.Integer({ minimum: 0 })),
+});
+
+/** One owned Pod as reported in status. */
+export const PodStatusEntry = Type.Object({
+  name: Type.String(),
+  phase: Type.String(),
+  ready: Type.Optional(Type.Boolean()),
+  restartCount: Type.Integer({ minimum: 0 }),
+  podIP: Type.Optional(Type.String()),
+});
+
+/** AppService status (written only through the status subresource). */
+export const AppServiceStatus = Type.Object({
+  ready: Type.Optional(Type.Boolean({ description: "All desired Pods are Ready." })),
+  replicas: Type.Optional(Type.Integer({ minimum: 0 })),
+  readyReplicas: Type.Optional(Type.Integer({ minimum: 0 })),
+  /** "ready/desired", for the Replicas printer column. */
+  replicasSummary: Type.Optional(Type.String()),
+  observedGeneration: Type.Optional(Type.Integer({ minimum: 0 })),
+  lastReconciliation: Type.Optional(Type.String({ format: "date-time" })),
+  conditions: Type.Optional(Type.Array(Condition)),
+  podStatuses: Type.Optional(Type.Array(PodStatusEntry)),
+});
+
+/** TypeScript type of the spec, after apiserver defaulting. */
+export type AppServiceSpecT = Static<typeof AppServiceSpec>;
+/** TypeScript type of the status. */
+export type AppServiceStatusT = Static<typeof AppServiceStatus>;
+/** TypeScript type of one condition. */
+export type ConditionT = Static<typeof Condition>;
+/** TypeScript type of a per-Pod status entry. */
+export type PodStatusEntryT = Static<typeof PodStatusEntry>;
+
+/** An AppService object as read from the apiserver. */
+export interface AppService {
+  apiVersion: `${typeof GROUP}/${typeof VERSION}`;
+  kind: typeof KIND;
+  metadata: ObjectMeta;
+  spec: AppServiceSpecT;
+  status?: AppServiceStatusT;
+}
+
+/**
+ * Validates a spec in process (the same schema the apiserver enforces) after applying defaults.
+ * Returns the defaulted spec and a list of `field: message` errors (empty when valid).
+ */
+export function validateSpec(spec: unknown): { spec: AppServiceSpecT; errors: string[] } {
+  const withDefaults = Value.Default(
+    AppServiceSpec,
+    structuredClone(spec ?? {}),
+  ) as AppServiceSpecT;
+  const errors = [...Value.Errors(AppServiceSpec, withDefaults)].map((e) =>
+    `spec${e.path.replaceAll("/", ".")}: ${e.message}`
+  );
+  return { spec: withDefaults, errors };
+}
+
+/**
+ * Turns a TypeBox schema into a structural OpenAPI v3 schema as apiextensions.k8s.io/v1 wants it:
+ * symbol keys dropped, `patternProperties` of a Record become `additionalProperties`, and a union
+ * of string literals becomes `type: string` with `enum` (the apiserver has no `const`).
+ */
+export function toStructural(schema: TSchema): Record<string, unknown> {
+  // deno-lint-ignore no-explicit-any
+  const walk = (node: any): any => {
+    if (Array.isArray(node)) return node.map(walk);
+    if (!node || typeof node !== "object") return node;
+    // deno-lint-ignore no-explicit-any
+    const out: any = {};
+    for (const [k, v] of Object.entries(node)) out[k] = walk(v);
+    if (out.patternProperties) {
+      const values = Object.values(out.patternProperties);
+      delete out.patternProperties;
+      if (values.length === 1) out.additionalProperties = values[0];
+    }
+    if (
+      Array.isArray(out.anyOf) && out.anyOf.length > 0 &&
+      // deno-lint-ignore no-explicit-any
+      out.anyOf.every((a: any) => typeof a.const === "string")
+    ) {
+      // deno-lint-ignore no-explicit-any
+      out.enum = out.anyOf.map((a: any) => a.const);
+      out.type = "string";
+      delete out.anyOf;
+    }
+    return out;
+  };
+  return walk(JSON.parse(JSON.stringify(schema)));
+}
+
+/** The CustomResourceDefinition (apiextensions.k8s.io/v1) for AppService. */
+export function appServiceCrd(): Record<string, unknown> {
+  return {
+    apiVersion: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
+    metadata: { name: `${PLURAL}.${GROUP}` },
+    spec: {
+      group: GROUP,
+      scope: "Namespaced",
+      names: {
+        kind: KIND,
+        listKind: `${KIND}List`,
+        plural: PLURAL,
+        singular: "appservice",
+        shortNames: ["as"],
+      },
+      versions: [{
+        name: VERSION,
+        served: true,
+        storage: true,
+        subresources: { status: {} },
+        additionalPrinterColumns: [
+          { name: "Ready", type: "boolean", jsonPath: ".status.ready" },
+          { name: "Replicas", type: "string", jsonPath: ".status.replicasSummary" },
+          { name: "Image", type: "string", jsonPath: ".spec.image" },
+          { name: "Age", type: "date", jsonPath: ".metadata.creationTimestamp" },
+        ],
+        schema: {
+          openAPIV3Schema: {
+            type: "object",
+            description:
+              "AppService runs `replicas` Pods of one image, and a Service for its ports.",
+            required: ["spec"],
+            properties: {
+              apiVersion: { type: "string" },
+              kind: { type: "string" },
+              metadata: { type: "object" },
+              spec: toStructural(AppServiceSpec),
+              status: toStructural(AppServiceStatus),
+            },
+          },
+        },
+      }],
+    },
+  };
+}
+
+/** REST addressing of AppServices for the client. */
+export const APPSERVICES = {
+  apiVersion: `${GROUP}/${VERSION}`,
+  kind: KIND,
+  plural: PLURAL,
+  namespaced: true,
+} as const;

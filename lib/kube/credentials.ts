@@ -1,0 +1,182 @@
+/**
+ * Turns an {@link AuthConfig} into what each request presents: an `Authorization` header and/or
+ * the TLS client certificate of a `Deno.HttpClient`.
+ *
+ * Rules (client-go `transport` and `plugin/pkg/client/auth/exec`):
+ * - tokenFile is re-read when older than {@link TOKEN_FILE_REREAD_MS} (client-go re-reads bound
+ *   service account tokens every minute) and after a 401.
+ * - An exec plugin's ExecCredential is cached until its `expirationTimestamp` (or forever without
+ *   one) and the plugin is run again after a 401.
+ * - A credential that cannot be produced throws {@link ConfigError}; no request goes out without it.
+ *
+ * @module
+ */
+import type { AuthConfig, ClusterConfig, ExecConfig } from "./config.ts";
+import { ConfigError } from "./errors.ts";
+
+/** How long a token read from a file is used before the file is read again (ms). */
+export const TOKEN_FILE_REREAD_MS = 60_000;
+
+/** What one request presents. */
+export interface Credential {
+  /** Value for the Authorization header, e.g. `Bearer abc`, if any. */
+  authorization?: string;
+  /** The HTTP client carrying the trusted CA and, for certificate auth, the client certificate. */
+  httpClient: Deno.HttpClient;
+}
+
+/** Produces the current credential and drops it when the apiserver answers 401. */
+export class CredentialProvider {
+  #config: ClusterConfig;
+  #baseClient?: Deno.HttpClient;
+  #cached?: { cred: Credential; expiresAtMs: number };
+  #now: () => number;
+  #pending?: Promise<Credential>;
+
+  /** @param config the resolved connection; @param now clock in ms (injected for tests). */
+  constructor(config: ClusterConfig, now: () => number = Date.now) {
+    this.#config = config;
+    this.#now = now;
+  }
+
+  #makeClient(cert?: { certPem: string; keyPem: string }): Deno.HttpClient {
+    const opts: Deno.CreateHttpClientOptions = {};
+    if (this.#config.caPem) opts.caCerts = [this.#config.caPem];
+    if (this.#config.proxyUrl) opts.proxy = { url: this.#config.proxyUrl };
+    if (cert) {
+      (opts as Record<string, unknown>).cert = cert.certPem;
+      (opts as Record<string, unknown>).key = cert.keyPem;
+    }
+    try {
+      return Deno.createHttpClient(opts);
+    } catch (err) {
+      throw new ConfigError(
+        `cannot use the TLS material of ${this.#config.source}: ${(err as Error).message}`,
+      );
+    }
+  }
+
+  #base(): Deno.HttpClient {
+    return this.#baseClient ??= this.#makeClient();
+  }
+
+  /** The credential for the next request; runs the exec plugin or reads the token file if due. */
+  get(): Promise<Credential> {
+    const c = this.#cached;
+    if (c && this.#now() < c.expiresAtMs) return Promise.resolve(c.cred);
+    // One refresh at a time; concurrent callers share it.
+    this.#pending ??= this.#refresh().finally(() => this.#pending = undefined);
+    return this.#pending;
+  }
+
+  /** Forgets the cached credential (after a 401), so the next {@link get} fetches a fresh one. */
+  invalidate(): void {
+    this.#cached = undefined;
+  }
+
+  /** Closes the HTTP clients this provider made. */
+  close(): void {
+    try {
+      this.#baseClient?.close();
+    } catch { /* already closed */ }
+    if (this.#cached && this.#cached.cred.httpClient !== this.#baseClient) {
+      try {
+        this.#cached.cred.httpClient.close();
+      } catch { /* already closed */ }
+    }
+  }
+
+  async #refresh(): Promise<Credential> {
+    const auth: AuthConfig = this.#config.auth;
+    switch (auth.kind) {
+      case "clientCertificate": {
+        const cred = { httpClient: this.#makeClient(auth) };
+        this.#cached = { cred, expiresAtMs: Infinity };
+        return cred;
+      }
+      case "token": {
+        const cred = { authorization: `Bearer ${auth.token}`, httpClient: this.#base() };
+        this.#cached = { cred, expiresAtMs: Infinity };
+        return cred;
+      }
+      case "tokenFile": {
+        let token: string;
+        try {
+          token = (await Deno.readTextFile(auth.path)).trim();
+        } catch (err) {
+          throw new ConfigError(`cannot read token file ${auth.path}: ${(err as Error).message}`);
+        }
+        if (!token) throw new ConfigError(`token file ${auth.path} is empty`);
+        const cred = { authorization: `Bearer ${token}`, httpClient: this.#base() };
+        this.#cached = { cred, expiresAtMs: this.#now() + TOKEN_FILE_REREAD_MS };
+        return cred;
+      }
+      case "exec":
+        return await this.#runExec(auth.exec);
+      default: {
+        const never: never = auth;
+        throw new ConfigError(`unknown auth kind ${JSON.stringify(never)}`);
+      }
+    }
+  }
+
+  async #runExec(exec: ExecConfig): Promise<Credential> {
+    const command = exec.command.includes("/") && !exec.command.startsWith("/")
+      ? `${exec.baseDir}/${exec.command}`
+      : exec.command;
+    const env: Record<string, string> = {};
+    for (const e of exec.env ?? []) env[e.name] = e.value;
+    env.KUBERNETES_EXEC_INFO = JSON.stringify({
+      apiVersion: exec.apiVersion,
+      kind: "ExecCredential",
+      spec: { interactive: false },
+    });
+    let out: Deno.CommandOutput;
+    try {
+      out = await new Deno.Command(command, {
+        args: exec.args ?? [],
+        env,
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+    } catch (err) {
+      throw new ConfigError(`exec plugin ${command} could not run: ${(err as Error).message}`);
+    }
+    if (!out.success) {
+      const stderr = new TextDecoder().decode(out.stderr).trim().split("\n").pop() ?? "";
+      throw new ConfigError(`exec plugin ${command} exited with code ${out.code}: ${stderr}`);
+    }
+    // deno-lint-ignore no-explicit-any
+    let ec: any;
+    try {
+      ec = JSON.parse(new TextDecoder().decode(out.stdout));
+    } catch {
+      throw new ConfigError(`exec plugin ${command} did not print an ExecCredential as JSON`);
+    }
+    if (ec?.kind !== "ExecCredential" || !ec.status) {
+      throw new ConfigError(`exec plugin ${command} printed no ExecCredential status`);
+    }
+    const s = ec.status;
+    const expiresAtMs = s.expirationTimestamp ? Date.parse(s.expirationTimestamp) : Infinity;
+    let cred: Credential;
+    if (s.token) {
+      cred = { authorization: `Bearer ${s.token}`, httpClient: this.#base() };
+    } else if (s.clientCertificateData && s.clientKeyData) {
+      if (this.#cached && this.#cached.cred.httpClient !== this.#baseClient) {
+        try {
+          this.#cached.cred.httpClient.close();
+        } catch { /* ignore */ }
+      }
+      cred = {
+        httpClient: this.#makeClient({ certPem: s.clientCertificateData, keyPem: s.clientKeyData }),
+      };
+    } else {
+      throw new ConfigError(
+        `exec plugin ${command}: ExecCredential status has neither token nor client certificate and key`,
+      );
+    }
+    this.#cached = { cred, expiresAtMs: Number.isNaN(expiresAtMs) ? Infinity : expiresAtMs };
+    return cred;
+  }
+}

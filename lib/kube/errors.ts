@@ -1,0 +1,104 @@
+/**
+ * Typed errors for the Kubernetes client: {@link ApiError} carries a `metav1.Status`, and
+ * {@link ConfigError} a one-line description of an unusable kubeconfig or credential.
+ *
+ * Code branches on `code` and `reason` (the metav1.StatusReason values of the Kubernetes API
+ * conventions, "Response Status Kind"), never on message text.
+ *
+ * @module
+ */
+
+/** The `metav1.Status` object the apiserver returns with an error (Kubernetes API conventions). */
+export interface Status {
+  kind?: "Status";
+  apiVersion?: string;
+  status?: "Success" | "Failure";
+  message?: string;
+  /** Machine-readable reason, e.g. `NotFound`, `Conflict`, `AlreadyExists`, `Expired`, `Invalid`. */
+  reason?: string;
+  details?: {
+    name?: string;
+    group?: string;
+    kind?: string;
+    uid?: string;
+    causes?: { reason?: string; message?: string; field?: string }[];
+    retryAfterSeconds?: number;
+  };
+  /** HTTP status code this Status stands for. */
+  code?: number;
+}
+
+/**
+ * An HTTP error answer from the apiserver (or a watch ERROR event), with the decoded
+ * `metav1.Status`. `code` is the HTTP status code; `reason` the StatusReason ("" when the body was
+ * not a Status, e.g. a proxy's plain-text 502).
+ */
+export class ApiError extends Error {
+  /** HTTP status code, e.g. 404, 409, 410, 422. */
+  readonly code: number;
+  /** metav1.StatusReason, e.g. "NotFound"; "" when unknown. */
+  readonly reason: string;
+  /** The full Status, when the body held one. */
+  readonly status?: Status;
+  /** Seconds to wait from a `Retry-After` header or `details.retryAfterSeconds`, if given. */
+  readonly retryAfterSeconds?: number;
+  /** HTTP verb and path of the request that failed, for logs (never carries credentials). */
+  readonly request?: string;
+
+  /** Builds an ApiError from an HTTP code and an optional decoded Status. */
+  constructor(
+    code: number,
+    status?: Status,
+    opts: { retryAfterSeconds?: number; request?: string } = {},
+  ) {
+    const reason = status?.reason ?? "";
+    super(
+      `${opts.request ? opts.request + ": " : ""}${code}${reason ? " " + reason : ""}: ${
+        status?.message ?? "no message"
+      }`,
+    );
+    this.name = "ApiError";
+    this.code = code;
+    this.reason = reason;
+    this.status = status;
+    this.retryAfterSeconds = opts.retryAfterSeconds ?? status?.details?.retryAfterSeconds;
+    this.request = opts.request;
+  }
+}
+
+/**
+ * A kubeconfig, in-cluster configuration or credential that cannot be used as given. The message
+ * is one line naming the file or field, fit to print as the process's only error output.
+ */
+export class ConfigError extends Error {
+  /** Builds a ConfigError with a one-line message. */
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+function hasCode(err: unknown, code: number, reason?: string): boolean {
+  return err instanceof ApiError && (err.code === code || (!!reason && err.reason === reason));
+}
+
+/** True for 404 / reason NotFound. */
+export const isNotFound = (err: unknown): boolean => hasCode(err, 404, "NotFound");
+/** True for 409 / reason Conflict (a stale resourceVersion on update; optimistic concurrency). */
+export const isConflict = (err: unknown): boolean =>
+  err instanceof ApiError && (err.reason === "Conflict" || (err.code === 409 && !err.reason));
+/** True for 409 with reason AlreadyExists (create of an existing name). */
+export const isAlreadyExists = (err: unknown): boolean =>
+  err instanceof ApiError && err.reason === "AlreadyExists";
+/** True for 410 Gone / reason Expired or Gone: the resourceVersion is too old (watch must relist). */
+export const isGone = (err: unknown): boolean =>
+  err instanceof ApiError &&
+  (err.code === 410 || err.reason === "Expired" || err.reason === "Gone");
+/** True for 422 / reason Invalid (validation failed; `status.details.causes` names the fields). */
+export const isInvalid = (err: unknown): boolean => hasCode(err, 422, "Invalid");
+/** True for 403 / reason Forbidden (RBAC denied, or a namespace being terminated). */
+export const isForbidden = (err: unknown): boolean => hasCode(err, 403, "Forbidden");
+/** True for 429 / reason TooManyRequests (API Priority and Fairness or rate limiting). */
+export const isTooManyRequests = (err: unknown): boolean => hasCode(err, 429, "TooManyRequests");
+/** True for 401 / reason Unauthorized (credential missing, expired or not accepted). */
+export const isUnauthorized = (err: unknown): boolean => hasCode(err, 401, "Unauthorized");

@@ -1,0 +1,89 @@
+/**
+ * An injectable clock, so that queue, backoff and Lease logic are tested without sleeping
+ * (kube-runtime and client-go's `clock.Clock` do the same).
+ *
+ * @module
+ */
+
+/** Time source and timers. All values are milliseconds. */
+export interface Clock {
+  /** Monotonic-enough wall time in ms since the epoch. */
+  now(): number;
+  /** Calls `fn` after `ms`; returns a handle for {@link Clock.clearTimer}. */
+  setTimer(fn: () => void, ms: number): unknown;
+  /** Cancels a timer from {@link Clock.setTimer}. */
+  clearTimer(handle: unknown): void;
+}
+
+/** The real clock (Date.now and setTimeout). */
+export const realClock: Clock = {
+  now: () => Date.now(),
+  setTimer: (fn, ms) => setTimeout(fn, Math.max(0, ms)),
+  clearTimer: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
+};
+
+/** A manual clock for tests: time moves only with {@link FakeClock.advance}. */
+export class FakeClock implements Clock {
+  #now: number;
+  #seq = 0;
+  #timers = new Map<number, { at: number; fn: () => void }>();
+
+  /** @param startMs initial time (ms) */
+  constructor(startMs = 1_700_000_000_000) {
+    this.#now = startMs;
+  }
+
+  /** Current fake time (ms). */
+  now(): number {
+    return this.#now;
+  }
+
+  /** Registers a timer firing when time reaches now + ms. */
+  setTimer(fn: () => void, ms: number): unknown {
+    const id = ++this.#seq;
+    this.#timers.set(id, { at: this.#now + Math.max(0, ms), fn });
+    return id;
+  }
+
+  /** Cancels a timer. */
+  clearTimer(handle: unknown): void {
+    this.#timers.delete(handle as number);
+  }
+
+  /** Number of pending timers. */
+  get pendingTimers(): number {
+    return this.#timers.size;
+  }
+
+  /** Moves time forward by `ms`, firing due timers in order of their due time. */
+  advance(ms: number): void {
+    const target = this.#now + ms;
+    for (let guard = 0; guard < 1_000_000; guard++) {
+      let next: [number, { at: number; fn: () => void }] | undefined;
+      for (const e of this.#timers) {
+        if (e[1].at <= target && (!next || e[1].at < next[1].at)) next = e;
+      }
+      if (!next) break;
+      this.#timers.delete(next[0]);
+      this.#now = next[1].at;
+      next[1].fn();
+    }
+    this.#now = target;
+  }
+}
+
+/** Resolves after `ms` on `clock`, or rejects with the signal's reason when it aborts. */
+export function sleepOn(clock: Clock, ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clock.clearTimer(h);
+      reject(signal!.reason);
+    };
+    const h = clock.setTimer(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,77 @@
+/**
+ * Logging setup on LogTape: JSON lines on stderr by default (one object a line with `@timestamp`,
+ * `level`, `logger`, `message` and the structured properties), or a readable console format for
+ * development. Properties are key-values (`controller`, `namespace`, `name`, `reconcileID`), never
+ * interpolated strings; credentials never reach a log line.
+ *
+ * @module
+ */
+import {
+  configure,
+  getLogger,
+  jsonLinesFormatter,
+  type Logger,
+  type LogLevel,
+  type LogRecord,
+  reset,
+} from "@logtape/logtape";
+
+/** Log levels accepted by `--log-level`. */
+export const LOG_LEVELS = ["trace", "debug", "info", "warning", "error", "fatal"] as const;
+/** Output formats accepted by `--log-format`. */
+export const LOG_FORMATS = ["json", "console"] as const;
+
+/** Root logger category of the operator. */
+export const ROOT_CATEGORY = "appservice-operator";
+
+/** Readable one-line format: `time LEVEL logger: message key=value ...`. */
+function consoleFormatter(record: LogRecord): string {
+  const time = new Date(record.timestamp).toISOString().slice(11, 23);
+  const msg = record.message.map((m) => (typeof m === "string" ? m : JSON.stringify(m))).join("");
+  const props = Object.entries(record.properties)
+    .map(([k, v]) => `${k}=${typeof v === "string" && !/\s/.test(v) ? v : JSON.stringify(v)}`)
+    .join(" ");
+  const level = record.level.toUpperCase().padEnd(7);
+  return `${time} ${level} ${record.category.slice(1).join(".")}: ${msg}${
+    props ? " " + props : ""
+  }\n`;
+}
+
+function stderrSink(format: "json" | "console") {
+  const encoder = new TextEncoder();
+  const formatter = format === "json" ? jsonLinesFormatter : consoleFormatter;
+  return (record: Parameters<typeof formatter>[0]) => {
+    const line = formatter(record);
+    Deno.stderr.writeSync(encoder.encode(line.endsWith("\n") ? line : line + "\n"));
+  };
+}
+
+/**
+ * Configures LogTape once for the process.
+ * @param level minimum level; @param format `json` (default) or `console`
+ */
+export async function setupLogging(
+  level: LogLevel = "info",
+  format: "json" | "console" = "json",
+): Promise<void> {
+  await reset();
+  await configure({
+    reset: true,
+    sinks: { stderr: stderrSink(format) },
+    loggers: [
+      { category: [ROOT_CATEGORY], sinks: ["stderr"], lowestLevel: level },
+      { category: ["logtape", "meta"], sinks: ["stderr"], lowestLevel: "warning" },
+    ],
+  });
+}
+
+/** A logger under the operator's root category, e.g. `log("controller")`. */
+export function log(...category: string[]): Logger {
+  return getLogger([ROOT_CATEGORY, ...category]);
+}
+
+/** One-line description of an error for a log property (no stack, no credentials). */
+export function errorText(err: unknown): string {
+  if (err instanceof Error) return `${err.name === "Error" ? "" : err.name + ": "}${err.message}`;
+  return String(err);
+}

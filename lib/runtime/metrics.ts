@@ -1,0 +1,186 @@
+/**
+ * Prometheus metrics (prom-client) under the names controller-runtime and client-go export, so
+ * existing dashboards work: `controller_runtime_reconcile_*`, `workqueue_*`,
+ * `rest_client_requests_total`, `leader_election_master_status`, plus process metrics.
+ *
+ * @module
+ */
+import client from "prom-client";
+
+/** All metrics of one process, on their own registry. */
+export class Metrics {
+  /** The registry served on `/metrics`. */
+  readonly registry: client.Registry;
+  readonly reconcileTotal: client.Counter<"controller" | "result">;
+  readonly reconcileErrors: client.Counter<"controller">;
+  readonly reconcileTime: client.Histogram<"controller">;
+  readonly maxConcurrentReconciles: client.Gauge<"controller">;
+  readonly activeWorkers: client.Gauge<"controller">;
+  readonly queueDepth: client.Gauge<"name" | "controller">;
+  readonly queueAdds: client.Counter<"name" | "controller">;
+  readonly queueDuration: client.Histogram<"name" | "controller">;
+  readonly workDuration: client.Histogram<"name" | "controller">;
+  readonly queueRetries: client.Counter<"name" | "controller">;
+  readonly unfinishedWork: client.Gauge<"name" | "controller">;
+  readonly longestRunning: client.Gauge<"name" | "controller">;
+  readonly restRequests: client.Counter<"code" | "method" | "host">;
+  readonly leaderStatus: client.Gauge<"name">;
+  readonly reflectorRelists: client.Counter<"resource">;
+  readonly reflectorWatchErrors: client.Counter<"resource">;
+
+  /** Creates every metric on a fresh registry, with default process metrics. */
+  constructor() {
+    const registers = [this.registry = new client.Registry()];
+    const buckets = [
+      0.005,
+      0.01,
+      0.025,
+      0.05,
+      0.1,
+      0.15,
+      0.2,
+      0.25,
+      0.3,
+      0.35,
+      0.4,
+      0.45,
+      0.5,
+      0.6,
+      0.7,
+      0.8,
+      0.9,
+      1.0,
+      1.25,
+      1.5,
+      1.75,
+      2.0,
+      2.5,
+      3.0,
+      3.5,
+      4.0,
+      4.5,
+      5,
+      6,
+      7,
+      8,
+      9,
+      10,
+      15,
+      20,
+      25,
+      30,
+      40,
+      50,
+      60,
+    ];
+    const qBuckets = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1, 10];
+    this.reconcileTotal = new client.Counter({
+      name: "controller_runtime_reconcile_total",
+      help: "Total number of reconciliations per controller",
+      labelNames: ["controller", "result"],
+      registers,
+    });
+    this.reconcileErrors = new client.Counter({
+      name: "controller_runtime_reconcile_errors_total",
+      help: "Total number of reconciliation errors per controller",
+      labelNames: ["controller"],
+      registers,
+    });
+    this.reconcileTime = new client.Histogram({
+      name: "controller_runtime_reconcile_time_seconds",
+      help: "Length of time per reconciliation per controller",
+      labelNames: ["controller"],
+      buckets,
+      registers,
+    });
+    this.maxConcurrentReconciles = new client.Gauge({
+      name: "controller_runtime_max_concurrent_reconciles",
+      help: "Maximum number of concurrent reconciles per controller",
+      labelNames: ["controller"],
+      registers,
+    });
+    this.activeWorkers = new client.Gauge({
+      name: "controller_runtime_active_workers",
+      help: "Number of currently used workers per controller",
+      labelNames: ["controller"],
+      registers,
+    });
+    const q = ["name", "controller"] as const;
+    this.queueDepth = new client.Gauge({
+      name: "workqueue_depth",
+      help: "Current depth of workqueue",
+      labelNames: q,
+      registers,
+    });
+    this.queueAdds = new client.Counter({
+      name: "workqueue_adds_total",
+      help: "Total number of adds handled by workqueue",
+      labelNames: q,
+      registers,
+    });
+    this.queueDuration = new client.Histogram({
+      name: "workqueue_queue_duration_seconds",
+      help: "How long in seconds an item stays in workqueue before being requested",
+      labelNames: q,
+      buckets: qBuckets,
+      registers,
+    });
+    this.workDuration = new client.Histogram({
+      name: "workqueue_work_duration_seconds",
+      help: "How long in seconds processing an item from workqueue takes",
+      labelNames: q,
+      buckets: qBuckets,
+      registers,
+    });
+    this.queueRetries = new client.Counter({
+      name: "workqueue_retries_total",
+      help: "Total number of retries handled by workqueue",
+      labelNames: q,
+      registers,
+    });
+    this.unfinishedWork = new client.Gauge({
+      name: "workqueue_unfinished_work_seconds",
+      help: "How many seconds of work has been done that is in progress and hasn't been observed " +
+        "by work_duration",
+      labelNames: q,
+      registers,
+    });
+    this.longestRunning = new client.Gauge({
+      name: "workqueue_longest_running_processor_seconds",
+      help: "How many seconds has the longest running processor for workqueue been running",
+      labelNames: q,
+      registers,
+    });
+    this.restRequests = new client.Counter({
+      name: "rest_client_requests_total",
+      help: "Number of HTTP requests, partitioned by status code, method, and host",
+      labelNames: ["code", "method", "host"],
+      registers,
+    });
+    this.leaderStatus = new client.Gauge({
+      name: "leader_election_master_status",
+      help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates " +
+        "backup, 1 indicates master. 'name' is the string used to identify the lease",
+      labelNames: ["name"],
+      registers,
+    });
+    this.reflectorRelists = new client.Counter({
+      name: "appservice_reflector_relists_total",
+      help: "Relists after 410 Gone, per resource",
+      labelNames: ["resource"],
+      registers,
+    });
+    this.reflectorWatchErrors = new client.Counter({
+      name: "appservice_reflector_watch_errors_total",
+      help: "List or watch failures retried with backoff, per resource",
+      labelNames: ["resource"],
+      registers,
+    });
+    client.collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** The exposition text for `/metrics`. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

@@ -1,0 +1,253 @@
+/**
+ * The keyed work queue with client-go `workqueue` semantics (`Type` + `DelayingQueue` +
+ * `RateLimitingQueue` with `DefaultControllerRateLimiter`):
+ * - keys (`namespace/name`) are deduplicated: adding a key that is already pending merges;
+ * - a key is handed to at most one worker at a time; a key added while it is processed is marked
+ *   dirty and handed out again after {@link WorkQueue.done};
+ * - {@link WorkQueue.addRateLimited} waits the larger of a per-key exponential backoff (5 ms
+ *   doubling to 1,000 s) and an overall token bucket (10 per second, burst 100);
+ *   {@link WorkQueue.forget} resets a key's backoff after success;
+ * - {@link WorkQueue.addAfter} keeps the earliest of several pending delays for one key;
+ * - {@link WorkQueue.shutDown} stops handing out keys at once; {@link WorkQueue.drain} waits for
+ *   in-flight keys to be done within a grace period.
+ *
+ * @module
+ */
+import { TokenBucket } from "../kube/throttle.ts";
+import { type Clock, realClock } from "./clock.ts";
+
+/** Per-key backoff base (ms); client-go DefaultControllerRateLimiter 5 ms. */
+export const QUEUE_BASE_DELAY_MS = 5;
+/** Per-key backoff cap (ms); client-go DefaultControllerRateLimiter 1,000 s. */
+export const QUEUE_MAX_DELAY_MS = 1_000_000;
+/** Overall retry rate (per second); client-go DefaultControllerRateLimiter 10 qps. */
+export const QUEUE_QPS = 10;
+/** Overall retry burst; client-go DefaultControllerRateLimiter 100. */
+export const QUEUE_BURST = 100;
+
+/** Hooks for metrics; each must not throw. Durations in seconds. */
+export interface QueueHooks {
+  onAdd?(): void;
+  onGet?(queueDurationSeconds: number): void;
+  onDone?(workDurationSeconds: number): void;
+  onRetry?(): void;
+}
+
+/** Options of {@link WorkQueue}. */
+export interface QueueOptions {
+  clock?: Clock;
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  /** Overall token bucket for rate-limited adds; qps 0 disables it. */
+  qps?: number;
+  burst?: number;
+  hooks?: QueueHooks;
+}
+
+/** A deduplicating, per-key-exclusive, rate-limited work queue of string keys. */
+export class WorkQueue {
+  #clock: Clock;
+  #o: Required<Omit<QueueOptions, "clock" | "hooks">>;
+  #hooks: QueueHooks;
+  #queue = new Set<string>(); // ordered: Set keeps insertion order
+  #dirty = new Set<string>();
+  #processing = new Map<string, number>(); // key -> start time (ms)
+  #addedAt = new Map<string, number>();
+  #failures = new Map<string, number>();
+  #delayed = new Map<string, { at: number; handle: unknown }>();
+  #waiters: ((key: string | undefined) => void)[] = [];
+  #idleWaiters: (() => void)[] = [];
+  #bucket: TokenBucket;
+  #shuttingDown = false;
+
+  /** @param o see {@link QueueOptions} */
+  constructor(o: QueueOptions = {}) {
+    this.#clock = o.clock ?? realClock;
+    this.#o = {
+      baseDelayMs: o.baseDelayMs ?? QUEUE_BASE_DELAY_MS,
+      maxDelayMs: o.maxDelayMs ?? QUEUE_MAX_DELAY_MS,
+      qps: o.qps ?? QUEUE_QPS,
+      burst: o.burst ?? QUEUE_BURST,
+    };
+    this.#hooks = o.hooks ?? {};
+    this.#bucket = new TokenBucket(this.#o.qps, this.#o.burst, () => this.#clock.now());
+  }
+
+  /** Keys waiting to be handed out (workqueue_depth). */
+  get depth(): number {
+    return this.#queue.size;
+  }
+
+  /** Keys being processed now. */
+  get processing(): number {
+    return this.#processing.size;
+  }
+
+  /** Keys scheduled by addAfter / addRateLimited and not yet due. */
+  get delayed(): number {
+    return this.#delayed.size;
+  }
+
+  /** True after {@link shutDown}. */
+  get shuttingDown(): boolean {
+    return this.#shuttingDown;
+  }
+
+  /** Whether `key` is being processed now. */
+  isProcessing(key: string): boolean {
+    return this.#processing.has(key);
+  }
+
+  /** Seconds of work in flight, summed (workqueue_unfinished_work_seconds). */
+  unfinishedWorkSeconds(): number {
+    const now = this.#clock.now();
+    let s = 0;
+    for (const t of this.#processing.values()) s += (now - t) / 1000;
+    return s;
+  }
+
+  /** Seconds the longest running key has been in flight (workqueue_longest_running_processor_seconds). */
+  longestRunningSeconds(): number {
+    const now = this.#clock.now();
+    let s = 0;
+    for (const t of this.#processing.values()) s = Math.max(s, (now - t) / 1000);
+    return s;
+  }
+
+  /** Adds a key now. Merges with a pending one; marks dirty if in flight. No-op after shutdown. */
+  add(key: string): void {
+    if (this.#shuttingDown) return;
+    this.#hooks.onAdd?.();
+    if (this.#dirty.has(key)) return;
+    this.#dirty.add(key);
+    if (this.#processing.has(key)) return;
+    this.#enqueue(key);
+  }
+
+  #enqueue(key: string): void {
+    this.#addedAt.set(key, this.#clock.now());
+    const w = this.#waiters.shift();
+    if (w) {
+      this.#take(key);
+      w(key);
+    } else {
+      this.#queue.add(key);
+    }
+  }
+
+  #take(key: string): void {
+    this.#queue.delete(key);
+    this.#dirty.delete(key);
+    const now = this.#clock.now();
+    this.#processing.set(key, now);
+    const added = this.#addedAt.get(key);
+    this.#addedAt.delete(key);
+    this.#hooks.onGet?.(added === undefined ? 0 : (now - added) / 1000);
+  }
+
+  /** Adds `key` after `delayMs`; several pending delays for one key keep the earliest. */
+  addAfter(key: string, delayMs: number): void {
+    if (this.#shuttingDown) return;
+    if (delayMs <= 0) return this.add(key);
+    const at = this.#clock.now() + delayMs;
+    const prev = this.#delayed.get(key);
+    if (prev && prev.at <= at) return;
+    if (prev) this.#clock.clearTimer(prev.handle);
+    const handle = this.#clock.setTimer(() => {
+      this.#delayed.delete(key);
+      this.add(key);
+    }, delayMs);
+    this.#delayed.set(key, { at, handle });
+  }
+
+  /** The delay {@link addRateLimited} would use next for `key` (ms), counting this failure. */
+  #whenMs(key: string): number {
+    const n = this.#failures.get(key) ?? 0;
+    this.#failures.set(key, n + 1);
+    const perKey = Math.min(this.#o.baseDelayMs * 2 ** n, this.#o.maxDelayMs);
+    return Math.max(perKey, this.#bucket.reserve());
+  }
+
+  /** Re-adds `key` after its backoff (a failed reconcile). Returns the delay used (ms). */
+  addRateLimited(key: string): number {
+    if (this.#shuttingDown) return 0;
+    const ms = this.#whenMs(key);
+    this.#hooks.onRetry?.();
+    this.addAfter(key, ms);
+    return ms;
+  }
+
+  /** Clears `key`'s failure count (a successful reconcile). */
+  forget(key: string): void {
+    this.#failures.delete(key);
+  }
+
+  /** How many times `key` was re-added with {@link addRateLimited} since its last forget. */
+  numRequeues(key: string): number {
+    return this.#failures.get(key) ?? 0;
+  }
+
+  /**
+   * Waits for the next key and marks it in flight. Resolves `undefined` once shut down (keys
+   * still queued then are not handed out) or when `signal` aborts.
+   */
+  get(signal?: AbortSignal): Promise<string | undefined> {
+    if (this.#shuttingDown || signal?.aborted) return Promise.resolve(undefined);
+    const first = this.#queue.values().next();
+    if (!first.done) {
+      this.#take(first.value);
+      return Promise.resolve(first.value);
+    }
+    return new Promise((resolve) => {
+      const w = (k: string | undefined) => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve(k);
+      };
+      const onAbort = () => {
+        const i = this.#waiters.indexOf(w);
+        if (i >= 0) this.#waiters.splice(i, 1);
+        resolve(undefined);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#waiters.push(w);
+    });
+  }
+
+  /** Marks `key` finished; if it was added meanwhile, it is queued again. */
+  done(key: string): void {
+    const started = this.#processing.get(key);
+    if (started === undefined) return;
+    this.#processing.delete(key);
+    this.#hooks.onDone?.((this.#clock.now() - started) / 1000);
+    if (this.#dirty.has(key) && !this.#shuttingDown) this.#enqueue(key);
+    if (this.#processing.size === 0) { for (const w of this.#idleWaiters.splice(0)) w(); }
+  }
+
+  /** Stops handing out keys and cancels delayed adds; waiting `get` calls resolve `undefined`. */
+  shutDown(): void {
+    if (this.#shuttingDown) return;
+    this.#shuttingDown = true;
+    for (const d of this.#delayed.values()) this.#clock.clearTimer(d.handle);
+    this.#delayed.clear();
+    for (const w of this.#waiters.splice(0)) w(undefined);
+  }
+
+  /**
+   * Waits until no key is in flight, at most `timeoutMs`. Returns true if drained in time.
+   */
+  drain(timeoutMs: number): Promise<boolean> {
+    if (this.#processing.size === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const h = this.#clock.setTimer(() => {
+        const i = this.#idleWaiters.indexOf(done);
+        if (i >= 0) this.#idleWaiters.splice(i, 1);
+        resolve(false);
+      }, timeoutMs);
+      const done = () => {
+        this.#clock.clearTimer(h);
+        resolve(true);
+      };
+      this.#idleWaiters.push(done);
+    });
+  }
+}

@@ -1,0 +1,314 @@
+/**
+ * The reflector: keeps a {@link Store} equal to the apiserver's state of one resource by listing
+ * (in pages) and then watching from the list's resourceVersion (client-go `cache.Reflector`,
+ * kube-runtime `watcher`).
+ *
+ * States ({@link ReflectorState}): `listing` → `watching` → (stream ends) `watching` again from the
+ * last resourceVersion, or (410 Gone) `listing`, or (other failure) `backoff` → `watching` /
+ * `listing`. Rules users must know:
+ * - A DELETE can be missed across a relist: the store then emits the delete itself when the list
+ *   no longer holds the object, but with the last state it saw. Use finalizers for cleanup that must
+ *   happen.
+ * - 410 Gone, as an HTTP answer or as an ERROR event in the stream, means the resourceVersion was
+ *   compacted away: relist (once, immediately), then watch from the new list's resourceVersion. A
+ *   second 410 in a row without progress goes through backoff, so there is never a tight loop.
+ * - Watches ask for bookmarks and a server timeout drawn between 5 and 10 min (client-go's
+ *   `minWatchTimeout` × [1, 2)). A stream that delivers no byte for `idleTimeoutMs` is closed and
+ *   resumed from the last resourceVersion: a stalled connection never leaves the cache deaf.
+ * - Failures back off 800 ms doubling to 30 s with full jitter, reset after 2 min of health, and
+ *   at most one watch per reflector is open at any time.
+ *
+ * @module
+ */
+import type { KubeClient, KubeObject } from "../kube/client.ts";
+import { isGone } from "../kube/errors.ts";
+import type { ResourceType } from "../kube/resources.ts";
+import { WatchIdleError } from "../kube/watch.ts";
+import {
+  Backoff,
+  REFLECTOR_BACKOFF_INITIAL_MS,
+  REFLECTOR_BACKOFF_MAX_MS,
+  REFLECTOR_BACKOFF_RESET_MS,
+} from "./backoff.ts";
+import { type Clock, realClock, sleepOn } from "./clock.ts";
+import type { Store } from "./store.ts";
+
+/** Lower bound of the server-side watch timeout (s); client-go minWatchTimeout, 5 min. */
+export const MIN_WATCH_TIMEOUT_SECONDS = 300;
+/** Default client idle bound (ms): bookmarks arrive about every minute, so 3 min of silence is a stall. */
+export const DEFAULT_WATCH_IDLE_TIMEOUT_MS = 180_000;
+/** Default page size of the initial list; client-go pager default 500. */
+export const DEFAULT_LIST_PAGE_SIZE = 500;
+
+/** Where the reflector is. */
+export type ReflectorState =
+  | { phase: "idle" }
+  | { phase: "listing" }
+  | { phase: "watching"; resourceVersion: string }
+  | { phase: "backoff"; delayMs: number; error: string }
+  | { phase: "stopped" };
+
+/** What the reflector reports as it goes (for logs, metrics and readiness). */
+export type ReflectorEvent =
+  | {
+    type: "listed";
+    resourceVersion: string;
+    items: number;
+    pages: number;
+    added: number;
+    updated: number;
+    deleted: number;
+  }
+  | { type: "watchStarted"; resourceVersion: string }
+  | { type: "watchEnded"; resourceVersion: string; events: number }
+  | { type: "relist"; reason: "gone"; resourceVersion: string }
+  | { type: "idle"; resourceVersion: string; idleMs: number }
+  | { type: "error"; phase: "list" | "watch"; error: unknown; retryInMs: number };
+
+/** Options of {@link Reflector}. */
+export interface ReflectorOptions<T extends KubeObject> {
+  client: KubeClient;
+  resource: ResourceType;
+  store: Store<T>;
+  /** Limit to one namespace; default all. */
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  /** Page size of lists; default {@link DEFAULT_LIST_PAGE_SIZE}. */
+  pageSize?: number;
+  /** Client idle bound (ms); default {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS}. */
+  idleTimeoutMs?: number;
+  /** Server watch timeout bounds (s); default 300..600. */
+  watchTimeoutSeconds?: { min: number; max: number };
+  /** Use WatchList (KEP-3157, `sendInitialEvents=true`) instead of list; falls back to list. */
+  useWatchList?: boolean;
+  /** Told about each step. Must not throw. */
+  onEvent?: (ev: ReflectorEvent) => void;
+  clock?: Clock;
+  random?: () => number;
+}
+
+/** Keeps a Store in sync with one resource; {@link Reflector.run} until the signal aborts. */
+export class Reflector<T extends KubeObject> {
+  #o: ReflectorOptions<T>;
+  #state: ReflectorState = { phase: "idle" };
+  #synced = false;
+  #syncedWaiters: (() => void)[] = [];
+  #clock: Clock;
+  #random: () => number;
+  #watchListUnsupported = false;
+  #openWatches = 0;
+
+  /** @param o see {@link ReflectorOptions} */
+  constructor(o: ReflectorOptions<T>) {
+    this.#o = o;
+    this.#clock = o.clock ?? realClock;
+    this.#random = o.random ?? Math.random;
+  }
+
+  /** Current state. */
+  get state(): ReflectorState {
+    return this.#state;
+  }
+
+  /** True once the first list (or WatchList initial events) has been applied to the store. */
+  get hasSynced(): boolean {
+    return this.#synced;
+  }
+
+  /** Number of watch streams open now (0 or 1). */
+  get openWatches(): number {
+    return this.#openWatches;
+  }
+
+  /** Resolves when {@link hasSynced} becomes true. */
+  waitForSync(): Promise<void> {
+    if (this.#synced) return Promise.resolve();
+    return new Promise((r) => this.#syncedWaiters.push(r));
+  }
+
+  #emit(ev: ReflectorEvent): void {
+    try {
+      this.#o.onEvent?.(ev);
+    } catch { /* reporting must not break the loop */ }
+  }
+
+  #markSynced(): void {
+    if (this.#synced) return;
+    this.#synced = true;
+    for (const w of this.#syncedWaiters.splice(0)) w();
+  }
+
+  async #list(signal: AbortSignal): Promise<string> {
+    this.#state = { phase: "listing" };
+    const o = this.#o;
+    const res = await o.client.listAll<T>(o.resource, {
+      namespace: o.namespace,
+      labelSelector: o.labelSelector,
+      fieldSelector: o.fieldSelector,
+      limit: o.pageSize ?? DEFAULT_LIST_PAGE_SIZE,
+      signal,
+    });
+    const diff = o.store.replace(res.items);
+    this.#markSynced();
+    this.#emit({
+      type: "listed",
+      resourceVersion: res.resourceVersion,
+      items: res.items.length,
+      pages: res.pages,
+      ...diff,
+    });
+    return res.resourceVersion;
+  }
+
+  #watchTimeoutSeconds(): number {
+    const b = this.#o.watchTimeoutSeconds ??
+      { min: MIN_WATCH_TIMEOUT_SECONDS, max: 2 * MIN_WATCH_TIMEOUT_SECONDS };
+    return Math.floor(b.min + this.#random() * (b.max - b.min));
+  }
+
+  /**
+   * Streams one watch into the store. With `initial`, the stream is a WatchList: ADDED events up
+   * to the bookmark annotated `k8s.io/initial-events-end` are collected and applied with
+   * `store.replace`. Returns the last resourceVersion seen and how many events came.
+   */
+  async #watch(
+    rv: string,
+    signal: AbortSignal,
+    initial: boolean,
+  ): Promise<{ rv: string; events: number }> {
+    const o = this.#o;
+    this.#state = { phase: "watching", resourceVersion: rv };
+    if (!initial) this.#emit({ type: "watchStarted", resourceVersion: rv });
+    let events = 0;
+    const collected: T[] | undefined = initial ? [] : undefined;
+    if (this.#openWatches > 0) throw new Error("reflector: a watch is already open");
+    this.#openWatches++;
+    try {
+      for await (
+        const ev of o.client.watch<T>(o.resource, {
+          namespace: o.namespace,
+          labelSelector: o.labelSelector,
+          fieldSelector: o.fieldSelector,
+          resourceVersion: initial ? undefined : rv,
+          allowWatchBookmarks: true,
+          timeoutSeconds: this.#watchTimeoutSeconds(),
+          idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
+          sendInitialEvents: initial || undefined,
+          resourceVersionMatch: initial ? "NotOlderThan" : undefined,
+          signal,
+        })
+      ) {
+        events++;
+        const obj = ev.object as T;
+        const newRv = obj.metadata?.resourceVersion;
+        switch (ev.type) {
+          case "ADDED":
+          case "MODIFIED":
+            if (collected) collected.push(obj);
+            else o.store.upsert(obj);
+            break;
+          case "DELETED":
+            o.store.remove(obj);
+            break;
+          case "BOOKMARK":
+            if (
+              collected &&
+              obj.metadata?.annotations?.["k8s.io/initial-events-end"] === "true"
+            ) {
+              const diff = o.store.replace(collected);
+              collected.length = 0;
+              this.#markSynced();
+              this.#emit({
+                type: "listed",
+                resourceVersion: newRv ?? rv,
+                items: o.store.size,
+                pages: 0,
+                ...diff,
+              });
+            }
+            break;
+          default: {
+            const never: never = ev;
+            throw new Error(`unexpected watch event ${JSON.stringify(never)}`);
+          }
+        }
+        if (newRv) {
+          rv = newRv;
+          this.#state = { phase: "watching", resourceVersion: rv };
+        }
+      }
+    } finally {
+      this.#openWatches--;
+    }
+    return { rv, events };
+  }
+
+  /**
+   * Runs until `signal` aborts. Never throws for API or network failures (they are reported as
+   * `error` events and retried with backoff); resolves when stopped.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    const backoff = new Backoff({
+      initialMs: REFLECTOR_BACKOFF_INITIAL_MS,
+      maxMs: REFLECTOR_BACKOFF_MAX_MS,
+      resetAfterMs: REFLECTOR_BACKOFF_RESET_MS,
+      random: this.#random,
+      now: () => this.#clock.now(),
+    });
+    let rv = "";
+    let needList = true;
+    let goneInARow = 0;
+    while (!signal.aborted) {
+      let phase: "list" | "watch" = needList ? "list" : "watch";
+      try {
+        if (needList) {
+          if (this.#o.useWatchList && !this.#watchListUnsupported) {
+            try {
+              const r = await this.#watch("", signal, true);
+              rv = r.rv;
+              needList = false;
+              goneInARow = 0;
+              continue;
+            } catch (err) {
+              if (signal.aborted) break;
+              // An apiserver without WatchList answers 4xx; use a plain list from now on.
+              const code = (err as { code?: number }).code;
+              if (code !== undefined && code >= 400 && code < 500 && !isGone(err)) {
+                this.#watchListUnsupported = true;
+              } else throw err;
+            }
+          }
+          rv = await this.#list(signal);
+          needList = false;
+        }
+        phase = "watch";
+        const r = await this.#watch(rv, signal, false);
+        this.#emit({ type: "watchEnded", resourceVersion: r.rv, events: r.events });
+        if (r.events > 0) goneInARow = 0;
+        rv = r.rv;
+        // A normal end (server timeout) resumes at once from the last resourceVersion.
+      } catch (err) {
+        if (signal.aborted) break;
+        if (isGone(err)) {
+          goneInARow++;
+          needList = true;
+          this.#emit({ type: "relist", reason: "gone", resourceVersion: rv });
+          if (goneInARow === 1) continue;
+        } else if (err instanceof WatchIdleError) {
+          this.#emit({ type: "idle", resourceVersion: rv, idleMs: err.idleMs });
+          continue;
+        }
+        const delayMs = backoff.next();
+        this.#state = { phase: "backoff", delayMs, error: String((err as Error)?.message ?? err) };
+        this.#emit({ type: "error", phase, error: err, retryInMs: delayMs });
+        try {
+          await sleepOn(this.#clock, delayMs, signal);
+        } catch {
+          break;
+        }
+      }
+    }
+    this.#state = { phase: "stopped" };
+  }
+}

@@ -1,0 +1,171 @@
+/**
+ * appservice-operator entry point: flags → configuration → {@link Manager.run}, and the exit
+ * code. Every start-up failure (bad flag, unusable kubeconfig, unreachable apiserver, rejected
+ * credential) ends with one line on stderr and exit code 1, never a stack trace.
+ *
+ * @module
+ */
+import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
+import { KubeClient, type KubeObject } from "./lib/kube/client.ts";
+import { loadClusterConfig } from "./lib/kube/config.ts";
+import { ApiError, ConfigError } from "./lib/kube/errors.ts";
+import { Manager } from "./lib/runtime/manager.ts";
+import { Metrics } from "./lib/runtime/metrics.ts";
+import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
+import type { LogLevel } from "@logtape/logtape";
+
+/** Prints one line on stderr and exits 1. */
+function fail(message: string): never {
+  console.error(`error: ${message}`);
+  Deno.exit(1);
+}
+
+/** Who the apiserver says we are (authentication.k8s.io/v1 SelfSubjectReview), or why not. */
+async function whoAmI(client: KubeClient): Promise<string> {
+  const source = client.config.source;
+  const server = client.config.server;
+  const signal = AbortSignal.timeout(15_000);
+  try {
+    const r = await client.create<KubeObject & { status?: { userInfo?: { username?: string } } }>(
+      {
+        apiVersion: "authentication.k8s.io/v1",
+        kind: "SelfSubjectReview",
+        plural: "selfsubjectreviews",
+        namespaced: false,
+      },
+      { apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" } as never,
+      { signal },
+    );
+    const user = r.status?.userInfo?.username ?? "";
+    if (!user || user === "system:anonymous") {
+      throw new ConfigError(
+        `the apiserver ${server} treats ${source} as anonymous; refusing to run`,
+      );
+    }
+    return user;
+  } catch (err) {
+    if (err instanceof ConfigError) throw err;
+    if (err instanceof ApiError) {
+      if (err.code === 401) {
+        throw new ConfigError(
+          `the apiserver ${server} rejected the credential of ${source} (401 Unauthorized)`,
+        );
+      }
+      if (err.code === 404 || err.code === 403) return "(unknown: SelfSubjectReview not available)";
+      throw new ConfigError(
+        `the apiserver ${server} answered ${err.code} ${err.reason}: ${err.status?.message ?? ""}`
+          .trim(),
+      );
+    }
+    const cause = (err as Error)?.cause as Error | undefined;
+    const why = (cause?.message ?? (err as Error)?.message ?? String(err)).split("\n")[0];
+    throw new ConfigError(`cannot reach the apiserver ${server} (${source}): ${why}`);
+  }
+}
+
+async function main(): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseFlags(Deno.args);
+  } catch (err) {
+    fail(`${(err as Error).message} (see --help)`);
+  }
+  if (parsed.kind === "help") {
+    console.log(helpText());
+    return 0;
+  }
+  if (parsed.kind === "version") {
+    console.log(`appservice-operator ${VERSION}`);
+    return 0;
+  }
+  const v = parsed.values;
+  await setupLogging(v["log-level"] as LogLevel, v["log-format"] as "json" | "console");
+  const logger = log("main");
+
+  const metrics = new Metrics();
+  let client: KubeClient;
+  let user: string;
+  try {
+    const config = loadClusterConfig({
+      kubeconfig: (v["kubeconfig"] as string) || undefined,
+      context: (v["context"] as string) || undefined,
+      serviceAccountDir: Deno.env.get("APPSERVICE_SERVICE_ACCOUNT_DIR") || undefined,
+    });
+    client = new KubeClient(config, {
+      userAgent:
+        `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) deno/${Deno.version.deno}`,
+      qps: v["kube-api-qps"] as number,
+      burst: (v["kube-api-burst"] as number) || undefined,
+      maxRetries: 2,
+      onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+    });
+    user = await whoAmI(client);
+  } catch (err) {
+    if (err instanceof ConfigError) fail(err.message);
+    fail(errorText(err));
+  }
+  const config = client.config;
+  let hostname = "localhost";
+  try {
+    hostname = Deno.hostname();
+  } catch { /* --allow-sys=hostname not granted: keep the fallback */ }
+  const identity = `${hostname}_${crypto.randomUUID().slice(0, 8)}`;
+  logger.info("Connected", {
+    version: VERSION,
+    server: config.server,
+    source: config.source,
+    user,
+  });
+
+  const stop = new AbortController();
+  let firstSignalMs = 0;
+  const onSignal = (name: string) => () => {
+    // The same signal can arrive twice at once (sent to the process group and forwarded by a
+    // wrapper such as `deno task`); only a second signal a moment later forces the exit.
+    if (stop.signal.aborted && Date.now() - firstSignalMs < 1_000) return;
+    if (stop.signal.aborted) {
+      logger.warn("Second signal; exiting now", { signal: name });
+      Deno.exit(1);
+    }
+    firstSignalMs = Date.now();
+    logger.info("Signal received; shutting down", { signal: name });
+    stop.abort();
+  };
+  Deno.addSignalListener("SIGTERM", onSignal("SIGTERM"));
+  Deno.addSignalListener("SIGINT", onSignal("SIGINT"));
+
+  const manager = new Manager({
+    client,
+    metrics,
+    metricsBindAddress: v["metrics-bind-address"] as string,
+    healthProbeBindAddress: v["health-probe-bind-address"] as string,
+    leaderElect: v["leader-elect"] as boolean,
+    leaderElectionNamespace: (v["leader-election-namespace"] as string) || config.namespace,
+    leaderElectionId: v["leader-election-id"] as string,
+    leaseDurationSeconds: (v["leader-elect-lease-duration"] as number) / 1000,
+    renewDeadlineMs: v["leader-elect-renew-deadline"] as number,
+    retryPeriodMs: v["leader-elect-retry-period"] as number,
+    identity,
+    maxConcurrentReconciles: Math.max(1, v["max-concurrent-reconciles"] as number),
+    reconcileTimeoutMs: v["reconcile-timeout"] as number,
+    syncPeriodMs: v["sync-period"] as number,
+    gracefulShutdownTimeoutMs: v["graceful-shutdown-timeout"] as number,
+    watchNamespace: v["watch-namespace"] as string,
+    watchIdleTimeoutMs: v["watch-idle-timeout"] as number,
+    useWatchList: v["watch-list"] as boolean,
+  });
+  try {
+    return await manager.run(stop.signal);
+  } catch (err) {
+    const e = err as Error;
+    if (e?.name === "AddrInUse") fail(`cannot listen: ${e.message}`);
+    fail(errorText(err));
+  } finally {
+    client.close();
+  }
+}
+
+if (import.meta.main) {
+  const code = await main();
+  Deno.exit(code);
+}

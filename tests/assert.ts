@@ -1,0 +1,33 @@
+/**
+ * Minimal assertions for tests (JSR's std/assert is not reachable from this project's machines).
+ * `node:assert/strict` supplies the deep comparison.
+ *
+ * @module
+ */
+import nodeAssert from "node:assert/strict";
+
+/** Throws when `cond` is falsy. */
+export function assert(cond: unknown, msg = "assertion failed"): asserts cond {
+  if (!cond) throw new Error(msg);
+}
+
+/** Deep strict equality. */
+export function assertEquals<T>(actual: T, expected: T, msg?: string): void {
+  nodeAssert.deepStrictEqual(actual, expected, msg);
+}
+
+/** Asserts that `fn` throws (or rejects) and that the message matches `pattern` if given. */
+export async function assertRejects(
+  fn: () => unknown,
+  pattern?: RegExp,
+): Promise<Error> {
+  try {
+    await fn();
+  } catch (err) {
+    if (pattern && !pattern.test(String((err as Error)?.message ?? err))) {
+      throw new Error(`error "${(err as Error)?.message}" does not match ${pattern}`);
+    }
+    return err as Error;
+  }
+  throw new Error("expected an error, none was thrown");
+}

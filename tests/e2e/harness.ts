@@ -1,0 +1,268 @@
+/**
+ * Shared helpers of the end-to-end tests: the running local control plane (started by
+ * `tests/run.ts` and named by `APPSERVICE_TEST_CLUSTER_DIR`), an admin client, a namespace per
+ * test, the CRD, and the operator run as a child process with the same permission flags as
+ * `deno task start`. Every wait is bounded in time; every address is on 127.0.0.1.
+ *
+ * @module
+ */
+import { parse as parseYaml } from "yaml";
+import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
+import { loadClusterConfig } from "../../lib/kube/config.ts";
+import { isNotFound } from "../../lib/kube/errors.ts";
+import { CRDS, NAMESPACES } from "../../lib/kube/resources.ts";
+import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
+import { type ClusterInfo, readClusterInfo } from "../cluster/cluster.ts";
+
+/** Repository root. */
+export const REPO = new URL("../../", import.meta.url).pathname.replace(/\/$/, "");
+
+/** The running test cluster, or an Error telling how to start one. */
+export async function cluster(): Promise<ClusterInfo> {
+  const dir = Deno.env.get("APPSERVICE_TEST_CLUSTER_DIR");
+  const info = await readClusterInfo(dir);
+  if (!info) {
+    throw new Error(
+      "no local control plane: run the tests with `deno task test` (or start one with `deno task cluster:up` and set APPSERVICE_TEST_CLUSTER_DIR)",
+    );
+  }
+  return info;
+}
+
+let adminClient: KubeClient | undefined;
+
+/** An admin client for the test cluster (cached). */
+export async function admin(): Promise<KubeClient> {
+  if (adminClient) return adminClient;
+  const info = await cluster();
+  adminClient = new KubeClient(loadClusterConfig({ kubeconfig: info.kubeconfig }), {
+    userAgent: "appservice-e2e",
+  });
+  return adminClient;
+}
+
+/** Sleeps `ms`. */
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Polls `fn` every `intervalMs` until it returns a value other than undefined/false, at most
+ * `timeoutMs`. @throws Error naming `what` and the last value or error on timeout.
+ */
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 60_000,
+  intervalMs = 250,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (let i = 0; i < 100_000; i++) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v as T;
+      last = v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) break;
+    await sleep(intervalMs);
+  }
+  throw new Error(
+    `timed out after ${timeoutMs} ms waiting for ${what}; last: ${
+      String((last as Error)?.message ?? JSON.stringify(last))
+    }`,
+  );
+}
+
+/** Applies crd/appservice.yaml (server-side apply) and waits until it is Established. */
+export async function installCrd(): Promise<void> {
+  const c = await admin();
+  const crd = parseYaml(await Deno.readTextFile(`${REPO}/crd/appservice.yaml`)) as KubeObject;
+  await c.patch(CRDS, crd.metadata!.name!, crd, {
+    type: "apply",
+    fieldManager: "appservice-e2e",
+    force: true,
+  });
+  await waitFor("CRD Established", async () => {
+    const got = await c.get<
+      KubeObject & { status?: { conditions?: { type: string; status: string }[] } }
+    >(
+      CRDS,
+      crd.metadata!.name!,
+    );
+    return got.status?.conditions?.some((x) => x.type === "Established" && x.status === "True");
+  }, 30_000);
+  // Discovery can lag behind Established for a moment.
+  await waitFor("AppService API served", async () => {
+    await c.list(APPSERVICES as never, { namespace: "default", limit: 1 });
+    return true;
+  }, 30_000);
+}
+
+/** Creates a fresh namespace `e2e-<prefix>-<random>`; returns its name. */
+export async function newNamespace(prefix: string): Promise<string> {
+  const c = await admin();
+  const name = `e2e-${prefix}-${crypto.randomUUID().slice(0, 6)}`;
+  await c.create(NAMESPACES, { apiVersion: "v1", kind: "Namespace", metadata: { name } });
+  return name;
+}
+
+/**
+ * Deletes a test namespace without waiting. AppServices left in it lose their finalizer first,
+ * so a namespace never hangs when the operator is already stopped.
+ */
+export async function dropNamespace(ns: string): Promise<void> {
+  const c = await admin();
+  try {
+    const list = await c.list<AppService>(APPSERVICES as never, { namespace: ns });
+    for (const as of list.items) {
+      if (as.metadata.finalizers?.includes(FINALIZER)) {
+        await c.patch(APPSERVICES as never, as.metadata.name!, { metadata: { finalizers: null } }, {
+          namespace: ns,
+        }).catch(() => {});
+      }
+    }
+  } catch { /* CRD may be absent */ }
+  await c.delete(NAMESPACES, ns).catch((err) => {
+    if (!isNotFound(err)) throw err;
+  });
+}
+
+/** An AppService object for `create`. */
+export function appService(ns: string, name: string, spec: Record<string, unknown>): AppService {
+  return {
+    apiVersion: "apps.our-org.com/v1",
+    kind: "AppService",
+    metadata: { name, namespace: ns },
+    spec: spec as AppService["spec"],
+  };
+}
+
+/** The `--allow-*` flags of `deno task start` (read from deno.json, so tests use the same). */
+export async function startPermissionFlags(): Promise<string[]> {
+  const deno = JSON.parse(await Deno.readTextFile(`${REPO}/deno.json`));
+  const words = String(deno.tasks.start).split(/\s+/);
+  return words.filter((w) => w.startsWith("--allow-") || w.startsWith("--deny-"));
+}
+
+/** Picks a free loopback TCP port. */
+export function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+/** A running operator process. */
+export interface Operator {
+  child: Deno.ChildProcess;
+  healthPort: number;
+  metricsPort: number;
+  /** Log lines so far (JSON lines parsed where possible). */
+  logs(): Record<string, unknown>[];
+  /** Raw stderr so far. */
+  stderr(): string;
+  /** Waits until /readyz answers 200. */
+  waitReady(timeoutMs?: number): Promise<void>;
+  /** GET /metrics text. */
+  metrics(): Promise<string>;
+  /** Sends a signal and waits for exit; returns the exit code. */
+  stop(signal?: Deno.Signal, timeoutMs?: number): Promise<number>;
+  /** Resolves with the exit code when the process ends by itself. */
+  status: Promise<Deno.CommandStatus>;
+}
+
+/**
+ * Starts the operator (`deno run <start flags> main.ts`) against the test cluster.
+ * @param args extra flags; `--kubeconfig` defaults to the admin kubeconfig
+ * @param env extra environment
+ */
+export async function startOperator(
+  args: string[] = [],
+  env: Record<string, string> = {},
+): Promise<Operator> {
+  const info = await cluster();
+  const healthPort = freePort();
+  const metricsPort = freePort();
+  const perms = await startPermissionFlags();
+  const hasKubeconfig = args.some((a) => a.startsWith("--kubeconfig"));
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      ...perms,
+      `${REPO}/main.ts`,
+      ...(hasKubeconfig ? [] : [`--kubeconfig=${info.kubeconfig}`]),
+      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      ...args,
+    ],
+    env: { KUBECONFIG: "", ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let err = "";
+  let out = "";
+  const dec = new TextDecoder();
+  const pump = async (s: ReadableStream<Uint8Array>, to: (t: string) => void) => {
+    for await (const chunk of s) to(dec.decode(chunk, { stream: true }));
+  };
+  const pumps = Promise.all([
+    pump(child.stderr, (t) => err += t),
+    pump(child.stdout, (t) => out += t),
+  ]);
+  const status = child.status.then(async (s) => {
+    await pumps;
+    return s;
+  });
+  let exited = false;
+  status.then(() => exited = true);
+  const op: Operator = {
+    child,
+    healthPort,
+    metricsPort,
+    status,
+    stderr: () => err + out,
+    logs: () =>
+      err.split("\n").filter((l) => l.startsWith("{")).map((l) => {
+        try {
+          return JSON.parse(l);
+        } catch {
+          return { raw: l };
+        }
+      }),
+    async waitReady(timeoutMs = 60_000) {
+      await waitFor("operator /readyz", async () => {
+        if (exited) throw new Error(`operator exited: ${err.slice(-2000)}`);
+        const r = await fetch(`http://127.0.0.1:${healthPort}/readyz`);
+        await r.body?.cancel();
+        return r.status === 200;
+      }, timeoutMs);
+    },
+    async metrics() {
+      const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+      return await r.text();
+    },
+    async stop(sig: Deno.Signal = "SIGTERM", timeoutMs = 45_000) {
+      if (!exited) {
+        try {
+          child.kill(sig);
+        } catch { /* already gone */ }
+      }
+      const timer = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* gone */ }
+      }, timeoutMs);
+      const s = await status;
+      clearTimeout(timer);
+      return s.code;
+    },
+  };
+  return op;
+}
+
+/** Reads one AppService. */
+export async function getAs(ns: string, name: string): Promise<AppService> {
+  return await (await admin()).get<AppService>(APPSERVICES as never, name, { namespace: ns });
+}

@@ -1,0 +1,139 @@
+import { assert, assertEquals } from "../assert.ts";
+import { renderCrd } from "../../lib/appservice/crd_gen.ts";
+import { desiredPod, podOrdinal, specHash, stableJson } from "../../lib/appservice/pods.ts";
+import type { AppService } from "../../lib/appservice/schema.ts";
+import { IMAGE_PATTERN, validateSpec } from "../../lib/appservice/schema.ts";
+import { desiredService, serviceMatches } from "../../lib/appservice/service.ts";
+import { mergeConditions, statusChanged } from "../../lib/appservice/status.ts";
+
+/** Image references accepted (true) or rejected (false); the e2e test runs the same table. */
+export const IMAGE_CASES: [string, boolean][] = [
+  ["nginx:1.27", true],
+  ["nginx:latest", true],
+  ["library/nginx:1", true],
+  ["localhost:5000/team/app:1.2.3", true],
+  ["ghcr.io/org/app:v1.2.3", true],
+  ["registry.example.com:443/a/b/c:tag_1-x.y", true],
+  [`app@sha256:${"a".repeat(64)}`, true],
+  [`ghcr.io/org/app:v1@sha256:${"0123456789abcdef".repeat(4)}`, true],
+  ["nginx", false],
+  ["ghcr.io/org/app", false],
+  ["nginx: 1", false],
+  ["my app:1", false],
+  ["MyApp:1", false],
+  ["ghcr.io/Org/app:1", false],
+  [`app@sha256:${"a".repeat(63)}`, false],
+  ["app:", false],
+  [":1", false],
+  ["app:-bad", false],
+];
+
+Deno.test("schema: image pattern (the one the apiserver enforces) on the shared table", () => {
+  const re = new RegExp(IMAGE_PATTERN);
+  for (const [image, ok] of IMAGE_CASES) assertEquals(re.test(image), ok, image);
+});
+
+Deno.test("schema: in-process validation applies defaults and names fields", () => {
+  const { spec, errors } = validateSpec({ image: "nginx:1" });
+  assertEquals(errors, []);
+  assertEquals(spec.replicas, 1);
+  assertEquals(spec.restartPolicy, "Always");
+  const bad = validateSpec({ image: "nginx", replicas: 11, restartPolicy: "Sometimes" });
+  assert(bad.errors.some((e) => e.startsWith("spec.image")), bad.errors.join());
+  assert(bad.errors.some((e) => e.startsWith("spec.replicas")), bad.errors.join());
+  assert(bad.errors.some((e) => e.startsWith("spec.restartPolicy")), bad.errors.join());
+});
+
+Deno.test("schema: committed crd/appservice.yaml matches the schema (run `deno task crd`)", async () => {
+  const committed = await Deno.readTextFile(new URL("../../crd/appservice.yaml", import.meta.url));
+  assertEquals(committed, renderCrd(), "crd/appservice.yaml is stale: run `deno task crd`");
+  assert(
+    !committed.includes("patternProperties") && !committed.includes("const:"),
+    "not structural",
+  );
+});
+
+const as = (spec: AppService["spec"]): AppService => ({
+  apiVersion: "apps.our-org.com/v1",
+  kind: "AppService",
+  metadata: { name: "web", namespace: "ns", uid: "u-1", generation: 1 },
+  spec,
+});
+
+Deno.test("pods: spec hash is stable across key order and changes with each Pod field", () => {
+  const a = as({ image: "nginx:1", env: [{ name: "A", value: "1" }], replicas: 2 });
+  const b = as({ replicas: 3, env: [{ value: "1", name: "A" }], image: "nginx:1" });
+  assertEquals(specHash(a), specHash(b)); // replicas is not part of the Pod template
+  const variants: AppService["spec"][] = [
+    { image: "nginx:2" },
+    { image: "nginx:1", env: [{ name: "A", value: "2" }] },
+    { image: "nginx:1", ports: [{ containerPort: 80 }] },
+    { image: "nginx:1", resources: { limits: { cpu: "1" } } },
+    { image: "nginx:1", restartPolicy: "Never" },
+  ];
+  const hashes = new Set([
+    specHash(as({ image: "nginx:1" })),
+    ...variants.map((v) => specHash(as(v))),
+  ]);
+  assertEquals(hashes.size, variants.length + 1);
+  assertEquals(stableJson({ b: 1, a: [{ d: 1, c: 2 }] }), '{"a":[{"c":2,"d":1}],"b":1}');
+});
+
+Deno.test("pods: names, ordinals, labels and a controller ownerReference", () => {
+  const a = as({ image: "nginx:1" });
+  const p = desiredPod(a, 2);
+  assertEquals(p.metadata?.name, "web-2");
+  assertEquals(podOrdinal(a, p), 2);
+  assertEquals(podOrdinal(a, { metadata: { name: "web-x" } }), undefined);
+  assertEquals(podOrdinal(a, { metadata: { name: "web-01" } }), undefined);
+  assertEquals(p.metadata?.labels?.["app.kubernetes.io/managed-by"], "appservice-operator");
+  assertEquals(p.metadata?.ownerReferences?.[0].controller, true);
+  assertEquals(p.spec?.restartPolicy, "Always");
+});
+
+Deno.test("service: present only with ports; server defaults do not count as drift", () => {
+  assertEquals(desiredService(as({ image: "nginx:1" })), undefined);
+  const want = desiredService(
+    as({ image: "nginx:1", ports: [{ containerPort: 80, protocol: "TCP" }] }),
+  )!;
+  const live = structuredClone(want);
+  live.spec!.clusterIP = "10.0.0.7";
+  live.spec!.sessionAffinity = "None";
+  live.metadata!.labels!["extra"] = "x";
+  assert(serviceMatches(live, want));
+  live.spec!.ports![0].port = 81;
+  assert(!serviceMatches(live, want));
+});
+
+Deno.test("status: lastTransitionTime moves only on a flip; lastReconciliation alone is no change", () => {
+  const t0 = "2026-01-01T00:00:00.000Z";
+  const t1 = "2026-01-01T00:01:00.000Z";
+  const c0 = mergeConditions(
+    undefined,
+    [{ type: "Ready", status: "False", reason: "R", message: "" }],
+    1,
+    t0,
+  );
+  const c1 = mergeConditions(
+    c0,
+    [{ type: "Ready", status: "False", reason: "R2", message: "m" }],
+    2,
+    t1,
+  );
+  assertEquals(c1[0].lastTransitionTime, t0);
+  assertEquals(c1[0].observedGeneration, 2);
+  const c2 = mergeConditions(
+    c1,
+    [{ type: "Ready", status: "True", reason: "R", message: "" }],
+    2,
+    t1,
+  );
+  assertEquals(c2[0].lastTransitionTime, t1);
+  assert(
+    !statusChanged({ ready: true, lastReconciliation: t0 }, {
+      ready: true,
+      lastReconciliation: t1,
+    }),
+  );
+  assert(statusChanged({ ready: true }, { ready: false }));
+});
