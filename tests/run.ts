@@ -69,7 +69,8 @@ async function main(): Promise<number> {
     await check("crd-fresh", ["run", "--allow-read", "lib/appservice/crd_gen.ts", "--check"]);
   }
 
-  const dir = join(cacheDir(), "test-cluster");
+  // Several runs side by side each need their own folder (APPSERVICE_TEST_CLUSTER_DIR).
+  const dir = Deno.env.get("APPSERVICE_TEST_CLUSTER_DIR") || join(cacheDir(), "test-cluster");
   const stop = new AbortController();
   const onSig = () => stop.abort();
   Deno.addSignalListener("SIGINT", onSig);
