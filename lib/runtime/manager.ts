@@ -258,7 +258,13 @@ export class Manager {
         workerCount: o.maxConcurrentReconciles,
       });
       controllerDone = (async () => {
-        await Promise.all(reflectors.map((r) => r.waitForSync()));
+        // Wait for the caches, but not past shutdown (a missing CRD may keep them unsynced).
+        const stopped = new Promise<void>((r) => {
+          if (leading.signal.aborted) r();
+          else leading.signal.addEventListener("abort", () => r(), { once: true });
+        });
+        await Promise.race([Promise.all(reflectors.map((r) => r.waitForSync())), stopped]);
+        if (leading.signal.aborted) return;
         this.#log.info("Caches synced; reconciling", { controller: CONTROLLER_NAME });
         await controller.run(leading.signal, o.gracefulShutdownTimeoutMs);
       })();

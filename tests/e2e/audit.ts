@@ -1,0 +1,57 @@
+/**
+ * Reads the local control plane's audit log (Metadata level, ResponseComplete stage) to count the
+ * requests a given client made: the apiserver's own record, not the client's.
+ *
+ * @module
+ */
+import { cluster } from "./harness.ts";
+
+/** One audit event (the fields the tests read). */
+export interface AuditEvent {
+  verb: string;
+  requestURI: string;
+  userAgent?: string;
+  user?: { username?: string };
+  objectRef?: { resource?: string; subresource?: string; namespace?: string; name?: string };
+  responseStatus?: { code?: number };
+  stageTimestamp: string;
+}
+
+/** Verbs that change state. */
+export const WRITE_VERBS = new Set(["create", "update", "patch", "delete", "deletecollection"]);
+
+/**
+ * Audit events at or after `sinceMs` whose user agent starts with `agentPrefix` (default: the
+ * operator's, `appservice-operator/`). Waits a moment first, so just-finished requests are written.
+ */
+export async function auditEvents(
+  sinceMs: number,
+  agentPrefix = "appservice-operator/",
+): Promise<AuditEvent[]> {
+  await new Promise((r) => setTimeout(r, 300));
+  const info = await cluster();
+  const text = await Deno.readTextFile(`${info.dir}/audit.log`);
+  const out: AuditEvent[] = [];
+  for (const line of text.split("\n")) {
+    if (!line.includes(agentPrefix)) continue;
+    try {
+      const e = JSON.parse(line) as AuditEvent;
+      if (!e.userAgent?.startsWith(agentPrefix)) continue;
+      if (Date.parse(e.stageTimestamp) < sinceMs) continue;
+      out.push(e);
+    } catch { /* a partial last line */ }
+  }
+  return out;
+}
+
+/** Write requests (create/update/patch/delete) of the operator at or after `sinceMs`. */
+export async function operatorWrites(sinceMs: number, namespace?: string): Promise<AuditEvent[]> {
+  return (await auditEvents(sinceMs)).filter((e) =>
+    WRITE_VERBS.has(e.verb) && (!namespace || e.objectRef?.namespace === namespace)
+  );
+}
+
+/** One line per event, for assertion messages. */
+export function describe(events: AuditEvent[]): string {
+  return events.map((e) => `${e.verb} ${e.requestURI} -> ${e.responseStatus?.code}`).join("\n");
+}

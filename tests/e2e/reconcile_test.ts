@@ -1,0 +1,461 @@
+/**
+ * The complete reconciler on the local control plane (kwok runs the Pods): replicas, rollouts,
+ * drift, the Service, status, Events, deletion, and the scenarios S4, S6, S8, S9 of
+ * ../shared/SCENARIOS.md. One operator serves every step.
+ */
+import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
+import { assert, assertEquals } from "../assert.ts";
+import { PODS, type ResourceType, SERVICES } from "../../lib/kube/resources.ts";
+import { isNotFound } from "../../lib/kube/errors.ts";
+import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
+import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
+import { isPodReady, SPEC_HASH_ANNOTATION } from "../../lib/appservice/pods.ts";
+import { restartApiserver } from "../cluster/cluster.ts";
+import {
+  admin,
+  appService,
+  cluster,
+  dropNamespace,
+  getAs,
+  installCrd,
+  newNamespace,
+  sleep,
+  startOperator,
+  waitFor,
+} from "./harness.ts";
+import { describe, operatorWrites } from "./audit.ts";
+
+const AS = APPSERVICES as unknown as ResourceType;
+
+async function livePods(c: KubeClient, ns: string, name: string): Promise<Pod[]> {
+  const l = await c.list<Pod>(PODS, {
+    namespace: ns,
+    labelSelector: `app.kubernetes.io/instance=${name}`,
+  });
+  return l.items;
+}
+
+/** Waits until `name` is Ready at its current generation with exactly `n` Pods, none terminating. */
+async function settled(c: KubeClient, ns: string, name: string, n: number, timeoutMs = 90_000) {
+  return await waitFor(`${name} settled at ${n} Pods`, async () => {
+    const a = await getAs(ns, name);
+    const pods = await livePods(c, ns, name);
+    const ok = a.status?.ready === true && a.status.observedGeneration === a.metadata.generation &&
+      a.status.readyReplicas === n && pods.length === n &&
+      pods.every((p) => !p.metadata?.deletionTimestamp && isPodReady(p));
+    return ok ? { as: a, pods } : undefined;
+  }, timeoutMs);
+}
+
+/**
+ * Watches the Pods of one AppService in the background and checks on every event that there are
+ * never more than `max()` Pods and never more than one ordinal unavailable at once.
+ */
+function podObserver(c: KubeClient, ns: string, name: string, max: () => number) {
+  const ctl = new AbortController();
+  const pods = new Map<string, Pod>();
+  const violations: string[] = [];
+  let maxSeen = 0;
+  let maxUnavailable = 0;
+  const done = (async () => {
+    const { items, resourceVersion } = await c.listAll<Pod>(PODS, {
+      namespace: ns,
+      labelSelector: `app.kubernetes.io/instance=${name}`,
+    });
+    for (const p of items) pods.set(p.metadata!.name!, p);
+    try {
+      for await (
+        const ev of c.watch<Pod>(PODS, {
+          namespace: ns,
+          labelSelector: `app.kubernetes.io/instance=${name}`,
+          resourceVersion,
+          signal: ctl.signal,
+        })
+      ) {
+        if (ev.type === "BOOKMARK") continue;
+        if (ev.type === "DELETED") pods.delete(ev.object.metadata!.name!);
+        else pods.set(ev.object.metadata!.name!, ev.object);
+        maxSeen = Math.max(maxSeen, pods.size);
+        if (pods.size > max()) violations.push(`${pods.size} Pods > ${max()}`);
+        const unavailable = [...pods.values()].filter((p) =>
+          p.metadata?.deletionTimestamp || !isPodReady(p)
+        ).length + Math.max(0, max() - 1 - pods.size);
+        maxUnavailable = Math.max(maxUnavailable, unavailable);
+      }
+    } catch (err) {
+      if (!ctl.signal.aborted) violations.push(`watch failed: ${err}`);
+    }
+  })();
+  return {
+    stop: async () => {
+      ctl.abort();
+      await done;
+      return { violations, maxSeen, maxUnavailable };
+    },
+  };
+}
+
+Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deletion", async (t) => {
+  await installCrd();
+  const c = await admin();
+  const ns = await newNamespace("rec");
+  const op = await startOperator();
+  try {
+    await op.waitReady();
+
+    await t.step("only an image: one Pod, restartPolicy Always, Ready", async () => {
+      await c.create(AS, appService(ns, "min", { image: "busybox:1.36" }));
+      const { pods, as } = await settled(c, ns, "min", 1);
+      assertEquals(pods[0].metadata?.name, "min-0");
+      assertEquals(pods[0].spec?.restartPolicy, "Always");
+      assertEquals(as.status?.replicasSummary, "1/1");
+      const types = as.status?.conditions?.map((x) => `${x.type}=${x.status}`).sort();
+      assertEquals(types, ["Degraded=False", "Progressing=False", "Ready=True"]);
+    });
+
+    await t.step(
+      "scale 1 → 5 → 3 → 1, and 1 → 5 → 3 in quick succession: exact counts",
+      async () => {
+        await c.create(AS, appService(ns, "scale", { image: "nginx:1.27" }));
+        await settled(c, ns, "scale", 1);
+        for (const n of [5, 3, 1]) {
+          await c.patch(AS, "scale", { spec: { replicas: n } }, { namespace: ns });
+          const { pods } = await settled(c, ns, "scale", n);
+          assertEquals(
+            pods.map((p) => p.metadata!.name).sort(),
+            Array.from({ length: n }, (_, i) => `scale-${i}`).sort(),
+          );
+        }
+        await c.patch(AS, "scale", { spec: { replicas: 5 } }, { namespace: ns });
+        await c.patch(AS, "scale", { spec: { replicas: 3 } }, { namespace: ns });
+        const { pods } = await settled(c, ns, "scale", 3);
+        assertEquals(pods.length, 3);
+        await sleep(1_000);
+        assertEquals((await livePods(c, ns, "scale")).length, 3);
+      },
+    );
+
+    await t.step(
+      "image rollout: Pods replaced one at a time, never more than replicas + 1",
+      async () => {
+        await c.create(AS, appService(ns, "roll", { image: "nginx:1.27", replicas: 3 }));
+        const before = await settled(c, ns, "roll", 3);
+        const oldUids = new Set(before.pods.map((p) => p.metadata!.uid));
+        const obs = podObserver(c, ns, "roll", () => 3 + 1);
+        await sleep(300);
+        await c.patch(AS, "roll", { spec: { image: "nginx:1.28" } }, { namespace: ns });
+        const after = await settled(c, ns, "roll", 3);
+        const r = await obs.stop();
+        assertEquals(r.violations, []);
+        assert(r.maxUnavailable <= 1, `up to ${r.maxUnavailable} Pods unavailable at once`);
+        for (const p of after.pods) {
+          assertEquals(p.spec!.containers[0].image, "nginx:1.28");
+          assert(!oldUids.has(p.metadata!.uid), `${p.metadata!.name} not replaced`);
+        }
+        const hashes = new Set(
+          after.pods.map((p) => p.metadata!.annotations![SPEC_HASH_ANNOTATION]),
+        );
+        assertEquals(hashes.size, 1);
+      },
+    );
+
+    await t.step(
+      "env, resources, restartPolicy drift (S8): replaced, never updated in place",
+      async () => {
+        const since = Date.now();
+        await c.patch(AS, "roll", {
+          spec: {
+            env: [{ name: "MODE", value: "blue" }],
+            resources: { limits: { memory: "128Mi" } },
+            restartPolicy: "OnFailure",
+          },
+        }, { namespace: ns });
+        const { pods } = await settled(c, ns, "roll", 3);
+        for (const p of pods) {
+          assertEquals(p.spec!.containers[0].env, [{ name: "MODE", value: "blue" }]);
+          assertEquals(p.spec!.containers[0].resources?.limits?.memory, "128Mi");
+          assertEquals(p.spec!.restartPolicy, "OnFailure");
+        }
+        const podWrites = (await operatorWrites(since, ns)).filter((e) =>
+          e.objectRef?.resource === "pods"
+        );
+        const updates = podWrites.filter((e) => e.verb === "update" || e.verb === "patch");
+        assertEquals(updates, [], `Pod updates attempted:\n${describe(updates)}`);
+        const rejected = podWrites.filter((e) => (e.responseStatus?.code ?? 200) === 422);
+        assertEquals(rejected, [], describe(rejected));
+      },
+    );
+
+    await t.step("ports added, changed and removed: the Service follows", async () => {
+      await c.patch(AS, "min", { spec: { ports: [{ containerPort: 8080, name: "http" }] } }, {
+        namespace: ns,
+      });
+      const svc = await waitFor(
+        "Service min",
+        () => c.get<Service>(SERVICES, "min", { namespace: ns }),
+      );
+      assertEquals(svc.spec?.ports?.map((p) => p.port), [8080]);
+      assertEquals(svc.metadata?.ownerReferences?.[0].controller, true);
+      await c.patch(AS, "min", {
+        spec: {
+          ports: [{ containerPort: 9090, name: "metrics" }, {
+            containerPort: 53,
+            protocol: "UDP",
+            name: "dns",
+          }],
+        },
+      }, { namespace: ns });
+      await waitFor("Service ports updated", async () => {
+        const s = await c.get<Service>(SERVICES, "min", { namespace: ns });
+        return s.spec?.ports?.map((p) => `${p.name}/${p.port}/${p.protocol}`).join() ===
+          "metrics/9090/TCP,dns/53/UDP";
+      });
+      await c.patch(AS, "min", { spec: { ports: [] } }, { namespace: ns });
+      await waitFor("Service deleted", async () => {
+        try {
+          await c.get(SERVICES, "min", { namespace: ns });
+          return false;
+        } catch (err) {
+          return isNotFound(err);
+        }
+      });
+      await settled(c, ns, "min", 1);
+    });
+
+    await t.step("a Pod deleted by someone else is recreated", async () => {
+      const old = await c.get<Pod>(PODS, "scale-1", { namespace: ns });
+      await c.delete(PODS, "scale-1", { namespace: ns });
+      await waitFor("scale-1 recreated", async () => {
+        const p = await c.get<Pod>(PODS, "scale-1", { namespace: ns });
+        return p.metadata!.uid !== old.metadata!.uid && isPodReady(p);
+      });
+      await settled(c, ns, "scale", 3);
+    });
+
+    await t.step("a Failed Pod is replaced and reported Degraded meanwhile", async () => {
+      const old = await c.get<Pod>(PODS, "scale-2", { namespace: ns });
+      await c.patch(PODS, "scale-2", { status: { phase: "Failed" } }, {
+        namespace: ns,
+        subresource: "status",
+      });
+      await waitFor("scale-2 replaced", async () => {
+        const p = await c.get<Pod>(PODS, "scale-2", { namespace: ns });
+        return p.metadata!.uid !== old.metadata!.uid;
+      });
+      await settled(c, ns, "scale", 3);
+    });
+
+    await t.step(
+      "status: podStatuses, conditions with observedGeneration; Events recorded",
+      async () => {
+        const a = await getAs(ns, "scale");
+        assertEquals(a.status?.podStatuses?.map((p) => p.name), ["scale-0", "scale-1", "scale-2"]);
+        for (const p of a.status!.podStatuses!) {
+          assertEquals(p.phase, "Running");
+          assert(p.podIP, "podIP missing");
+          assertEquals(typeof p.restartCount, "number");
+        }
+        for (const cond of a.status!.conditions!) {
+          assertEquals(cond.observedGeneration, a.metadata.generation);
+          assert(cond.reason && cond.lastTransitionTime);
+        }
+        const events = await c.list<
+          & KubeObject
+          & { reason?: string; regarding?: { name?: string; kind?: string } }
+        >(
+          { apiVersion: "events.k8s.io/v1", kind: "Event", plural: "events", namespaced: true },
+          { namespace: ns },
+        );
+        const reasons = new Set(
+          events.items.filter((e) => e.regarding?.kind === "AppService").map((e) => e.reason),
+        );
+        for (
+          const r of ["PodCreated", "PodDeleted", "PodReplaced", "ServiceCreated", "ServiceDeleted"]
+        ) {
+          assert(reasons.has(r), `no ${r} Event (have ${[...reasons]})`);
+        }
+      },
+    );
+
+    await t.step("S9: at rest for 60 s, the operator makes zero writes", async () => {
+      await settled(c, ns, "scale", 3);
+      await sleep(2_000); // let the last status writes land
+      const since = Date.now();
+      await sleep(60_000);
+      const writes = await operatorWrites(since);
+      assertEquals(writes.length, 0, `writes at rest:\n${describe(writes)}`);
+    });
+
+    await t.step("S4: an apiserver restart (watches re-established) causes no writes", async () => {
+      const info = await cluster();
+      const since = Date.now();
+      await restartApiserver(info);
+      await waitFor("apiserver back", async () => {
+        await c.list(AS, { namespace: ns, limit: 1 });
+        return true;
+      });
+      await sleep(8_000); // reflectors reconnect with backoff (0.8 s doubling)
+      const writes = await operatorWrites(since);
+      assertEquals(writes.length, 0, `writes after reconnect:\n${describe(writes)}`);
+      // and the operator still works afterwards
+      await c.patch(AS, "scale", { spec: { replicas: 2 } }, { namespace: ns });
+      await settled(c, ns, "scale", 2);
+    });
+
+    await t.step(
+      "deletion with running Pods: Pods and Service go first, then the AppService",
+      async () => {
+        await c.patch(AS, "scale", { spec: { ports: [{ containerPort: 80 }] } }, { namespace: ns });
+        await waitFor("Service scale", () => c.get<Service>(SERVICES, "scale", { namespace: ns }));
+        await c.delete(AS, "scale", { namespace: ns });
+        const gone = await waitFor("AppService scale gone", async () => {
+          try {
+            const a = await getAs(ns, "scale");
+            assert(a.metadata.finalizers?.includes(FINALIZER), "finalizer dropped before cleanup");
+            return false;
+          } catch (err) {
+            if (!isNotFound(err)) throw err;
+            return true;
+          }
+        });
+        assert(gone);
+        assertEquals(await livePods(c, ns, "scale"), []);
+        try {
+          await c.get(SERVICES, "scale", { namespace: ns });
+          throw new Error("Service still there");
+        } catch (err) {
+          assert(isNotFound(err), String(err));
+        }
+      },
+    );
+  } finally {
+    const code = await op.stop();
+    await dropNamespace(ns);
+    assertEquals(code, 0, op.stderr().slice(-3000));
+  }
+});
+
+Deno.test("S6: a cleanup that cannot delete a Pod keeps the finalizer, says why, retries", async () => {
+  await installCrd();
+  const c = await admin();
+  const ns = await newNamespace("s6");
+  const policy = `e2e-deny-pod-delete-${ns}`;
+  const vap: ResourceType = {
+    apiVersion: "admissionregistration.k8s.io/v1",
+    kind: "ValidatingAdmissionPolicy",
+    plural: "validatingadmissionpolicies",
+    namespaced: false,
+  };
+  const vapb: ResourceType = {
+    ...vap,
+    kind: "ValidatingAdmissionPolicyBinding",
+    plural: "validatingadmissionpolicybindings",
+  };
+  const op = await startOperator();
+  try {
+    await op.waitReady();
+    await c.create(AS, appService(ns, "sticky", { image: "nginx:1.27", replicas: 2 }));
+    await settled(c, ns, "sticky", 2);
+    // Deny deleting Pods in this namespace (operator and everyone): cleanup must fail.
+    await c.create(vap, {
+      apiVersion: "admissionregistration.k8s.io/v1",
+      kind: "ValidatingAdmissionPolicy",
+      metadata: { name: policy },
+      spec: {
+        failurePolicy: "Fail",
+        matchConstraints: {
+          resourceRules: [{
+            apiGroups: [""],
+            apiVersions: ["v1"],
+            operations: ["DELETE"],
+            resources: ["pods"],
+          }],
+        },
+        validations: [{ expression: "false", message: "pod deletion blocked by test" }],
+      },
+    } as never);
+    await c.create(vapb, {
+      apiVersion: "admissionregistration.k8s.io/v1",
+      kind: "ValidatingAdmissionPolicyBinding",
+      metadata: { name: policy },
+      spec: {
+        policyName: policy,
+        validationActions: ["Deny"],
+        matchResources: {
+          namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": ns } },
+        },
+      },
+    } as never);
+    await waitFor(
+      "policy in force",
+      async () => {
+        try {
+          const probe = await c.create<Pod>(PODS, {
+            apiVersion: "v1",
+            kind: "Pod",
+            metadata: { generateName: "probe-", namespace: ns },
+            spec: { containers: [{ name: "c", image: "busybox:1" }] },
+          });
+          try {
+            await c.delete(PODS, probe.metadata!.name!, { namespace: ns });
+            return false;
+          } catch {
+            return true;
+          }
+        } catch {
+          return false;
+        }
+      },
+      30_000,
+      1_000,
+    );
+    await c.delete(AS, "sticky", { namespace: ns });
+    const stuck = await waitFor("Degraded CleanupFailed", async () => {
+      const a = await getAs(ns, "sticky");
+      const d = a.status?.conditions?.find((x) => x.type === "Degraded");
+      return d?.status === "True" && d.reason === "CleanupFailed" ? a : undefined;
+    }, 30_000);
+    assert(stuck.metadata.finalizers?.includes(FINALIZER));
+    assert(
+      stuck.status?.conditions?.find((x) => x.type === "Degraded")?.message.includes(
+        "blocked by test",
+      ),
+    );
+    const events = await c.list<KubeObject & { reason?: string; type?: string }>(
+      { apiVersion: "events.k8s.io/v1", kind: "Event", plural: "events", namespaced: true },
+      { namespace: ns },
+    );
+    assert(
+      events.items.some((e) => e.reason === "CleanupFailed" && e.type === "Warning"),
+      "no Warning Event",
+    );
+    assertEquals(
+      (await livePods(c, ns, "sticky")).filter((p) => p.metadata?.name?.startsWith("sticky-"))
+        .length,
+      2,
+    );
+    // Unblock: cleanup is retried with backoff and completes.
+    await c.delete(vapb, policy);
+    await c.delete(vap, policy);
+    await waitFor(
+      "AppService gone after unblocking",
+      async () => {
+        try {
+          await getAs(ns, "sticky");
+          return false;
+        } catch (err) {
+          return isNotFound(err);
+        }
+      },
+      90_000,
+      500,
+    );
+    assertEquals((await livePods(c, ns, "sticky")).length, 0);
+  } finally {
+    await c.delete(vapb, policy).catch(() => {});
+    await c.delete(vap, policy).catch(() => {});
+    const code = await op.stop();
+    await dropNamespace(ns);
+    assertEquals(code, 0);
+  }
+});
