@@ -1,11 +1,9 @@
+# syntax=docker/dockerfile:1
 # appservice-operator: a distroless, nonroot image holding one standalone binary.
 #
 # Build stage: the official Deno image (pinned to the project's Deno version) compiles main.ts with
 # `deno task compile`, i.e. with exactly the permission flags of `deno task start`.
 # Final stage: distroless cc (glibc, CA certificates, no shell), user 65532, the binary as ENTRYPOINT.
-
-# syntax=docker/dockerfile:1
-FROM denoland/deno:bin-2.9.6 AS deno-bin
 
 FROM denoland/deno:debian-2.9.6 AS build
 WORKDIR /src

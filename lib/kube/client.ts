@@ -17,7 +17,7 @@ import { CredentialProvider } from "./credentials.ts";
 import { ApiError, type Status } from "./errors.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
 import { sleep, TokenBucket } from "./throttle.ts";
-import { decodeWatchStream, type ObjectWatchEvent } from "./watch.ts";
+import { decodeWatchStream, type ObjectWatchEvent, WatchIdleError } from "./watch.ts";
 
 /** Any Kubernetes object. */
 export interface KubeObject {
@@ -211,7 +211,8 @@ export class KubeClient {
       if (req.body !== undefined) headers["Content-Type"] = req.contentType ?? "application/json";
       const signals: AbortSignal[] = [];
       if (req.signal) signals.push(req.signal);
-      if (!req.stream) signals.push(AbortSignal.timeout(this.#opts.requestTimeoutMs));
+      const timeout = req.stream ? undefined : AbortSignal.timeout(this.#opts.requestTimeoutMs);
+      if (timeout) signals.push(timeout);
       const started = performance.now();
       let resp: Response;
       try {
@@ -225,6 +226,12 @@ export class KubeClient {
       } catch (err) {
         this.#record(req.method, "<error>", started);
         if (req.signal?.aborted) throw req.signal.reason;
+        // No answer within the request timeout: the shared (HTTP/2) connection may be dead; the
+        // next attempt, and every later request, gets a new one (see resetConnections).
+        if (timeout?.aborted) this.#creds.resetConnections();
+        // The HTTP client was closed by resetConnections between get() and fetch(): the request
+        // never left, so it is safe to send again whatever its method.
+        if (err instanceof Deno.errors.BadResource && attempt < this.#opts.maxRetries) continue;
         if (IDEMPOTENT.has(req.method) && !req.stream && attempt < this.#opts.maxRetries) {
           await sleep(Math.min(200 * 2 ** attempt, 5_000), req.signal);
           continue;
@@ -399,6 +406,11 @@ export class KubeClient {
    * Opens a watch and yields its events until the server ends the stream (normal at
    * `timeoutSeconds`). ERROR frames are thrown as ApiError (410: relist); a silent stream past
    * `idleTimeoutMs` throws WatchIdleError. Breaking out of the loop closes the connection.
+   *
+   * The idle bound also covers the wait for the response headers (a request sent into a stalled
+   * connection otherwise waits forever: watches have no request timeout), and a WatchIdleError
+   * drops the pooled connections ({@link CredentialProvider.resetConnections}) so that the next
+   * watch does not go into the same stalled HTTP/2 connection.
    */
   async *watch<T extends KubeObject>(
     rt: ResourceType,
@@ -407,6 +419,10 @@ export class KubeClient {
     const ctl = new AbortController();
     const onAbort = () => ctl.abort(o.signal?.reason);
     o.signal?.addEventListener("abort", onAbort, { once: true });
+    const idleMs = o.idleTimeoutMs ?? 0;
+    const headersTimer = idleMs > 0
+      ? setTimeout(() => ctl.abort(new WatchIdleError(idleMs)), idleMs)
+      : undefined;
     try {
       const resp = await this.#send({
         method: "GET",
@@ -424,12 +440,15 @@ export class KubeClient {
           resourceVersionMatch: o.resourceVersionMatch,
         },
       });
+      clearTimeout(headersTimer);
       if (!resp.body) return;
-      yield* decodeWatchStream<T>(resp.body, o.idleTimeoutMs ?? 0, () => ctl.abort());
+      yield* decodeWatchStream<T>(resp.body, idleMs, () => ctl.abort());
     } catch (err) {
       if (o.signal?.aborted) throw o.signal.reason;
+      if (err instanceof WatchIdleError) this.#creds.resetConnections();
       throw err;
     } finally {
+      clearTimeout(headersTimer);
       o.signal?.removeEventListener("abort", onAbort);
       ctl.abort();
     }

@@ -29,7 +29,8 @@ export interface Credential {
 export class CredentialProvider {
   #config: ClusterConfig;
   #baseClient?: Deno.HttpClient;
-  #cached?: { cred: Credential; expiresAtMs: number };
+  /** The credential in use; `cert` is kept so that {@link resetConnections} can rebuild its client. */
+  #cached?: { cred: Credential; expiresAtMs: number; cert?: { certPem: string; keyPem: string } };
   #now: () => number;
   #pending?: Promise<Credential>;
 
@@ -74,6 +75,33 @@ export class CredentialProvider {
     this.#cached = undefined;
   }
 
+  /**
+   * Drops the pooled connections: the next request opens a new connection, while requests in
+   * flight finish on the old one (closing a `Deno.HttpClient` does not end them). The cached
+   * credential is kept (no token file read, no exec plugin run).
+   *
+   * Why: `fetch` speaks HTTP/2 to the apiserver, so every request of a client shares ONE
+   * connection. When that connection stalls (a middlebox black-holes it: no byte, no FIN, no
+   * RST), aborting the request that noticed only resets its HTTP/2 stream, and every later
+   * request would be sent into the same dead connection. client-go avoids this with HTTP/2
+   * health-check pings (ReadIdleTimeout), which Deno's fetch does not offer; the client calls
+   * this instead when a watch stays idle past its bound or a request times out.
+   */
+  resetConnections(): void {
+    const old = new Set([this.#baseClient, this.#cached?.cred.httpClient]);
+    this.#baseClient = undefined;
+    const c = this.#cached;
+    if (c) {
+      const httpClient = c.cert ? this.#makeClient(c.cert) : this.#base();
+      this.#cached = { ...c, cred: { ...c.cred, httpClient } };
+    }
+    for (const h of old) {
+      try {
+        h?.close();
+      } catch { /* already closed */ }
+    }
+  }
+
   /** Closes the HTTP clients this provider made. */
   close(): void {
     try {
@@ -90,8 +118,9 @@ export class CredentialProvider {
     const auth: AuthConfig = this.#config.auth;
     switch (auth.kind) {
       case "clientCertificate": {
-        const cred = { httpClient: this.#makeClient(auth) };
-        this.#cached = { cred, expiresAtMs: Infinity };
+        const cert = { certPem: auth.certPem, keyPem: auth.keyPem };
+        const cred = { httpClient: this.#makeClient(cert) };
+        this.#cached = { cred, expiresAtMs: Infinity, cert };
         return cred;
       }
       case "token": {
@@ -160,6 +189,7 @@ export class CredentialProvider {
     const s = ec.status;
     const expiresAtMs = s.expirationTimestamp ? Date.parse(s.expirationTimestamp) : Infinity;
     let cred: Credential;
+    let cert: { certPem: string; keyPem: string } | undefined;
     if (s.token) {
       cred = { authorization: `Bearer ${s.token}`, httpClient: this.#base() };
     } else if (s.clientCertificateData && s.clientKeyData) {
@@ -168,15 +198,18 @@ export class CredentialProvider {
           this.#cached.cred.httpClient.close();
         } catch { /* ignore */ }
       }
-      cred = {
-        httpClient: this.#makeClient({ certPem: s.clientCertificateData, keyPem: s.clientKeyData }),
-      };
+      cert = { certPem: s.clientCertificateData, keyPem: s.clientKeyData };
+      cred = { httpClient: this.#makeClient(cert) };
     } else {
       throw new ConfigError(
         `exec plugin ${command}: ExecCredential status has neither token nor client certificate and key`,
       );
     }
-    this.#cached = { cred, expiresAtMs: Number.isNaN(expiresAtMs) ? Infinity : expiresAtMs };
+    this.#cached = {
+      cred,
+      expiresAtMs: Number.isNaN(expiresAtMs) ? Infinity : expiresAtMs,
+      cert,
+    };
     return cred;
   }
 }

@@ -83,6 +83,14 @@ export class LeaderElector {
       ...o,
     };
     this.#clock = this.#o.clock;
+    // client-go NewLeaderElector's checks: a zero retry period would be a tight loop, an empty
+    // identity would let every candidate believe it holds the Lease.
+    if (!o.identity) throw new Error("identity must not be empty");
+    if (!Number.isInteger(this.#o.leaseDurationSeconds) || this.#o.leaseDurationSeconds < 1) {
+      throw new Error("leaseDuration must be a whole number of seconds, at least 1");
+    }
+    if (!(this.#o.renewDeadlineMs > 0)) throw new Error("renewDeadline must be greater than zero");
+    if (!(this.#o.retryPeriodMs > 0)) throw new Error("retryPeriod must be greater than zero");
     if (this.#o.leaseDurationSeconds * 1000 <= this.#o.renewDeadlineMs) {
       throw new Error("leaseDuration must be greater than renewDeadline");
     }
@@ -115,8 +123,10 @@ export class LeaderElector {
         leaseDurationSeconds: o.leaseDurationSeconds,
         acquireTime: taking ? microTime(now) : prev?.acquireTime ?? microTime(now),
         renewTime: microTime(now),
+        // client-go counts every acquisition by a new holder, also of a released (empty) Lease;
+        // only the creation of the Lease starts at 0.
         leaseTransitions: taking
-          ? (prev?.leaseTransitions ?? 0) + (prev?.holderIdentity ? 1 : 0)
+          ? (prev?.leaseTransitions ?? 0) + (prev ? 1 : 0)
           : prev?.leaseTransitions ?? 0,
       };
     };

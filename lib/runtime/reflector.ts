@@ -13,8 +13,13 @@
  *   compacted away: relist (once, immediately), then watch from the new list's resourceVersion. A
  *   second 410 in a row without progress goes through backoff, so there is never a tight loop.
  * - Watches ask for bookmarks and a server timeout drawn between 5 and 10 min (client-go's
- *   `minWatchTimeout` × [1, 2)). A stream that delivers no byte for `idleTimeoutMs` is closed and
- *   resumed from the last resourceVersion: a stalled connection never leaves the cache deaf.
+ *   `minWatchTimeout` × [1, 2)). A stream that delivers no byte for `idleTimeoutMs` (response
+ *   headers included) is closed and resumed from the last resourceVersion, on a new connection:
+ *   a stalled connection never leaves the cache deaf.
+ * - Every watch, after whatever failure, resumes from the resourceVersion of the last event it
+ *   applied (bookmarks included), so no event is applied twice.
+ * - A stream that ends within {@link VERY_SHORT_WATCH_MS} without any event counts as a failure
+ *   (backoff), so a server or proxy that closes streams at once causes no reconnect burst.
  * - Failures back off 800 ms doubling to 30 s with full jitter, reset after 2 min of health, and
  *   at most one watch per reflector is open at any time.
  *
@@ -39,6 +44,8 @@ export const MIN_WATCH_TIMEOUT_SECONDS = 300;
 export const DEFAULT_WATCH_IDLE_TIMEOUT_MS = 180_000;
 /** Default page size of the initial list; client-go pager default 500. */
 export const DEFAULT_LIST_PAGE_SIZE = 500;
+/** A watch ending sooner than this (ms) without any event backs off; client-go reflector, 1 s. */
+export const VERY_SHORT_WATCH_MS = 1_000;
 
 /** Where the reflector is. */
 export type ReflectorState =
@@ -98,6 +105,13 @@ export class Reflector<T extends KubeObject> {
   #random: () => number;
   #watchListUnsupported = false;
   #openWatches = 0;
+  /**
+   * resourceVersion of the last event (bookmarks included) the current or last plain watch
+   * applied. A watch that fails (idle, network, 5xx) resumes from here, not from where it began:
+   * resuming earlier would replay events already applied (duplicate handler calls) or run into
+   * 410 and relist for nothing.
+   */
+  #watchRv = "";
 
   /** @param o see {@link ReflectorOptions} */
   constructor(o: ReflectorOptions<T>) {
@@ -181,7 +195,10 @@ export class Reflector<T extends KubeObject> {
     this.#state = { phase: "watching", resourceVersion: rv };
     if (!initial) this.#emit({ type: "watchStarted", resourceVersion: rv });
     let events = 0;
-    const collected: T[] | undefined = initial ? [] : undefined;
+    // WatchList: ADDED events are collected until the initial-events-end bookmark; after it the
+    // stream is an ordinary watch and events go straight to the store (collected = undefined).
+    let collected: T[] | undefined = initial ? [] : undefined;
+    if (!initial) this.#watchRv = rv;
     if (this.#openWatches > 0) throw new Error("reflector: a watch is already open");
     this.#openWatches++;
     try {
@@ -217,7 +234,7 @@ export class Reflector<T extends KubeObject> {
               obj.metadata?.annotations?.["k8s.io/initial-events-end"] === "true"
             ) {
               const diff = o.store.replace(collected);
-              collected.length = 0;
+              collected = undefined;
               this.#markSynced();
               this.#emit({
                 type: "listed",
@@ -236,6 +253,7 @@ export class Reflector<T extends KubeObject> {
         if (newRv) {
           rv = newRv;
           this.#state = { phase: "watching", resourceVersion: rv };
+          if (!initial) this.#watchRv = rv;
         }
       }
     } finally {
@@ -283,13 +301,26 @@ export class Reflector<T extends KubeObject> {
           needList = false;
         }
         phase = "watch";
+        const startedMs = this.#clock.now();
         const r = await this.#watch(rv, signal, false);
         this.#emit({ type: "watchEnded", resourceVersion: r.rv, events: r.events });
         if (r.events > 0) goneInARow = 0;
         rv = r.rv;
-        // A normal end (server timeout) resumes at once from the last resourceVersion.
+        // A normal end (server timeout) resumes at once from the last resourceVersion. A stream
+        // closed within a second without a single event is not a server timeout (an apiserver
+        // shutting down, a proxy closing streams): it backs off, as client-go's "very short
+        // watch" rule does, so that it never turns into a tight reconnect loop.
+        if (r.events === 0 && this.#clock.now() - startedMs < VERY_SHORT_WATCH_MS) {
+          throw new Error(
+            `very short watch: the stream ended within ${VERY_SHORT_WATCH_MS} ms without events`,
+          );
+        }
       } catch (err) {
         if (signal.aborted) break;
+        if (phase === "watch" && this.#watchRv) {
+          if (this.#watchRv !== rv) goneInARow = 0; // the failed watch made progress
+          rv = this.#watchRv;
+        }
         if (isGone(err)) {
           goneInARow++;
           needList = true;

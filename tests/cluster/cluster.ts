@@ -687,6 +687,9 @@ function apiserverArgv(info: ClusterInfo, port: number): string[] {
     `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
     "--authorization-mode=Node,RBAC",
     "--allow-privileged=true",
+    // The `kubernetes` Service cannot have a loopback endpoint (validation rejects 127.0.0.1), so
+    // the reconciler would only log an error every 10 s.
+    "--endpoint-reconciler-type=none",
     // The node lifecycle controller is off (see controllerManagerArgv), so nothing would remove
     // the not-ready taint this plugin puts on new Nodes.
     "--disable-admission-plugins=TaintNodesByCondition",
@@ -1157,7 +1160,9 @@ async function cli(args: string[]): Promise<number> {
       try {
         const info = await startCluster({ dir, nodes, signal: abort.signal, outliveProcess: true });
         const seconds = ((performance.now() - startedMs) / 1000).toFixed(1);
-        console.log(`cluster up in ${seconds}s: ${info.server} (${nodes} kwok nodes)`);
+        console.log(
+          `cluster up in ${seconds}s: ${info.server} (${nodes} kwok node${nodes === 1 ? "" : "s"})`,
+        );
         console.log(`kubeconfig: ${info.kubeconfig}`);
         console.log(`kubectl:    ${join(info.binDir, "kubectl")}`);
         console.log(`export KUBECONFIG=${info.kubeconfig}`);
