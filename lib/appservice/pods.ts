@@ -40,7 +40,11 @@ export function selectorLabels(as: AppService): Record<string, string> {
   };
 }
 
-/** The controller ownerReference pointing at `as` (blockOwnerDeletion, as controllers set it). */
+/**
+ * The controller ownerReference pointing at `as`. No `blockOwnerDeletion`: the finalizer already
+ * orders deletion, and setting it would need `update` on `appservices/finalizers` wherever the
+ * OwnerReferencesPermissionEnforcement admission plugin runs.
+ */
 export function ownerRef(as: AppService): OwnerReference {
   return {
     apiVersion: `${GROUP}/${VERSION}`,
@@ -48,7 +52,6 @@ export function ownerRef(as: AppService): OwnerReference {
     name: as.metadata.name!,
     uid: as.metadata.uid!,
     controller: true,
-    blockOwnerDeletion: true,
   };
 }
 

@@ -12,7 +12,13 @@ export interface AuditEvent {
   requestURI: string;
   userAgent?: string;
   user?: { username?: string };
-  objectRef?: { resource?: string; subresource?: string; namespace?: string; name?: string };
+  objectRef?: {
+    apiGroup?: string;
+    resource?: string;
+    subresource?: string;
+    namespace?: string;
+    name?: string;
+  };
   responseStatus?: { code?: number };
   stageTimestamp: string;
 }
