@@ -12,7 +12,8 @@
 import { createHash } from "node:crypto";
 import type { Container, Pod } from "kubernetes-types/core/v1.d.ts";
 import type { OwnerReference } from "kubernetes-types/meta/v1.d.ts";
-import { type AppService, GROUP, KIND, VERSION } from "./schema.ts";
+import { GROUP, KIND, VERSION } from "./api.ts";
+import type { AppService } from "./schema.ts";
 
 /** Annotation holding the hash of the Pod template a Pod was made from. */
 export const SPEC_HASH_ANNOTATION = "apps.our-org.com/spec-hash";

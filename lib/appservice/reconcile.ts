@@ -38,7 +38,8 @@ import {
   SPEC_HASH_ANNOTATION,
   specHash,
 } from "./pods.ts";
-import { type AppService, APPSERVICES, type AppServiceStatusT, FINALIZER } from "./schema.ts";
+import { APPSERVICES, FINALIZER } from "./api.ts";
+import type { AppService, AppServiceStatusT } from "./schema.ts";
 import { desiredService, serviceMatches } from "./service.ts";
 import { type ConditionInput, mergeConditions, podStatuses, statusChanged } from "./status.ts";
 

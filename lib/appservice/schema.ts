@@ -13,16 +13,8 @@ import { type Static, type TSchema, Type } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 
-/** API group of AppService. */
-export const GROUP = "apps.our-org.com";
-/** API version served and stored. */
-export const VERSION = "v1";
-/** Kind. */
-export const KIND = "AppService";
-/** Plural resource name. */
-export const PLURAL = "appservices";
-/** Finalizer the operator puts on every AppService it manages. */
-export const FINALIZER = "apps.our-org.com/finalizer";
+import { GROUP, KIND, PLURAL, VERSION } from "./api.ts";
+export { APPSERVICES, FINALIZER, GROUP, KIND, PLURAL, VERSION } from "./api.ts";
 
 /**
  * Container image reference: `[registry[:port]/]path[:tag][@sha256:<64 hex>]` with a tag, a digest
@@ -265,11 +257,3 @@ export function appServiceCrd(): Record<string, unknown> {
     },
   };
 }
-
-/** REST addressing of AppServices for the client. */
-export const APPSERVICES = {
-  apiVersion: `${GROUP}/${VERSION}`,
-  kind: KIND,
-  plural: PLURAL,
-  namespaced: true,
-} as const;

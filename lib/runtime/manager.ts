@@ -21,7 +21,8 @@ import type { KubeClient, KubeObject } from "../kube/client.ts";
 import { PODS, type ResourceType, SERVICES } from "../kube/resources.ts";
 import { appServiceReconciler } from "../appservice/reconcile.ts";
 import { MANAGED_SELECTOR } from "../appservice/pods.ts";
-import { type AppService, APPSERVICES, GROUP, KIND } from "../appservice/schema.ts";
+import { APPSERVICES, GROUP, KIND } from "../appservice/api.ts";
+import type { AppService } from "../appservice/schema.ts";
 import { Controller } from "./controller.ts";
 import { EventRecorder } from "./events.ts";
 import { checksHandler, parseBindAddress, serveRoutes } from "./health.ts";
@@ -201,7 +202,7 @@ export class Manager {
     }
 
     const reflectors = [
-      this.#informer(APPSERVICES as ResourceType, appServices, undefined, informers.signal),
+      this.#informer(APPSERVICES, appServices, undefined, informers.signal),
       this.#informer(PODS, pods, MANAGED_SELECTOR, informers.signal),
       this.#informer(SERVICES, services, MANAGED_SELECTOR, informers.signal),
     ];
