@@ -23,6 +23,10 @@ export async function startFlags(): Promise<string[]> {
 
 function fail(msg: string): never {
   console.error(`error: ${msg}`);
+  // Leave no empty dist/ behind.
+  try {
+    Deno.removeSync(`${REPO}/dist`);
+  } catch { /* not empty, or absent */ }
   Deno.exit(1);
 }
 

@@ -39,7 +39,8 @@ async function main(): Promise<number> {
   const onSig = () => stop.abort();
   Deno.addSignalListener("SIGINT", onSig);
   Deno.addSignalListener("SIGTERM", onSig);
-  const dir = join(cacheDir(), "cluster");
+  // Its own folder: the demo must not replace a cluster started with `deno task cluster:up`.
+  const dir = join(cacheDir(), "demo-cluster");
   console.log("==> starting the local control plane (first run builds it from Go modules) ...");
   const info = await startCluster({ dir, signal: stop.signal });
   let operator: Deno.ChildProcess | undefined;

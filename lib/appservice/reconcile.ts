@@ -35,6 +35,7 @@ import {
   isPodReady,
   MANAGED_BY,
   podOrdinal,
+  selectorLabels,
   SPEC_HASH_ANNOTATION,
   specHash,
 } from "./pods.ts";
@@ -99,7 +100,8 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const nowIso = new Date(now()).toISOString();
     return {
       ready: readyReplicas >= replicas,
-      replicas,
+      replicas: pods.filter((p) => !p.metadata?.deletionTimestamp).length,
+      selector: Object.entries(selectorLabels(as)).map(([k, v]) => `${k}=${v}`).join(","),
       readyReplicas,
       replicasSummary: `${readyReplicas}/${replicas}`,
       observedGeneration: generation,
@@ -175,7 +177,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         { type: "Progressing", status: "True", reason: "Terminating", message },
         failures.length > 0
           ? { type: "Degraded", status: "True", reason: "CleanupFailed", message }
-          : { type: "Degraded", status: "False", reason: "AsExpected", message: "" },
+          : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
       ];
       try {
         await writeStatus(as, baseStatus(as, pods, conditions), signal);
@@ -418,7 +420,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           reason: "PodFailed",
           message: `Pod(s) failed: ${failedPods.join(", ")}`,
         }
-        : { type: "Degraded", status: "False", reason: "AsExpected", message: "" },
+        : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
     ];
     const next = baseStatus(as, podsNow, conditions);
     try {

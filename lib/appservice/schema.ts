@@ -135,7 +135,10 @@ export const PodStatusEntry = Type.Object({
 /** AppService status (written only through the status subresource). */
 export const AppServiceStatus = Type.Object({
   ready: Type.Optional(Type.Boolean({ description: "All desired Pods are Ready." })),
+  /** Pods that exist and are not terminating (the scale subresource's status replicas). */
   replicas: Type.Optional(Type.Integer({ minimum: 0 })),
+  /** Label selector of the Pods, as a string (the scale subresource's selector). */
+  selector: Type.Optional(Type.String()),
   readyReplicas: Type.Optional(Type.Integer({ minimum: 0 })),
   /** "ready/desired", for the Replicas printer column. */
   replicasSummary: Type.Optional(Type.String()),
@@ -211,6 +214,27 @@ export function toStructural(schema: TSchema): Record<string, unknown> {
   return walk(JSON.parse(JSON.stringify(schema)));
 }
 
+/** Message of the image validation rule (what users see instead of the regular expression). */
+export const IMAGE_MESSAGE =
+  "must be an image reference with a tag and/or a digest, e.g. nginx:1.27, " +
+  "localhost:5000/team/app:1.2.3 or ghcr.io/org/app@sha256:<64 hex digits>";
+
+/**
+ * Replaces the `pattern` of `spec.image` with an equivalent CEL rule carrying a readable message,
+ * so a missing tag is reported as `spec.image: ... must be an image reference with a tag...`
+ * rather than as a 400-character regular expression. CEL's `matches` is RE2, as `pattern` is.
+ */
+function withReadableImageError(spec: Record<string, unknown>): Record<string, unknown> {
+  // deno-lint-ignore no-explicit-any
+  const image = (spec as any).properties.image;
+  delete image.pattern;
+  image["x-kubernetes-validations"] = [{
+    rule: `self.matches(${JSON.stringify(IMAGE_PATTERN)})`,
+    message: IMAGE_MESSAGE,
+  }];
+  return spec;
+}
+
 /** The CustomResourceDefinition (apiextensions.k8s.io/v1) for AppService. */
 export function appServiceCrd(): Record<string, unknown> {
   return {
@@ -231,7 +255,15 @@ export function appServiceCrd(): Record<string, unknown> {
         name: VERSION,
         served: true,
         storage: true,
-        subresources: { status: {} },
+        // `kubectl scale as NAME --replicas=N` and HorizontalPodAutoscalers use the scale subresource.
+        subresources: {
+          status: {},
+          scale: {
+            specReplicasPath: ".spec.replicas",
+            statusReplicasPath: ".status.replicas",
+            labelSelectorPath: ".status.selector",
+          },
+        },
         additionalPrinterColumns: [
           { name: "Ready", type: "boolean", jsonPath: ".status.ready" },
           { name: "Replicas", type: "string", jsonPath: ".status.replicasSummary" },
@@ -248,7 +280,7 @@ export function appServiceCrd(): Record<string, unknown> {
               apiVersion: { type: "string" },
               kind: { type: "string" },
               metadata: { type: "object" },
-              spec: toStructural(AppServiceSpec),
+              spec: withReadableImageError(toStructural(AppServiceSpec)),
               status: toStructural(AppServiceStatus),
             },
           },

@@ -97,6 +97,19 @@ export class Controller {
         }
         : undefined,
     });
+    if (m) {
+      // Every series exists from the start at 0, as in controller-runtime (which adds 0 to each
+      // result and to the error counter) and client-go's workqueue metrics: otherwise
+      // `workqueue_retries_total` and `..._reconcile_errors_total` are absent until the first
+      // failure, and rate()/absent() based dashboards and alerts see nothing.
+      m.reconcileErrors.inc({ controller: o.name }, 0);
+      for (const result of ["success", "error", "requeue", "requeue_after"]) {
+        m.reconcileTotal.inc({ controller: o.name, result }, 0);
+      }
+      m.queueAdds.inc(labels, 0);
+      m.queueRetries.inc(labels, 0);
+      m.activeWorkers.set({ controller: o.name }, 0);
+    }
   }
 
   /** Reconciles running now. */

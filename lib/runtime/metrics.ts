@@ -177,6 +177,20 @@ export class Metrics {
       registers,
     });
     client.collectDefaultMetrics({ register: this.registry });
+    // prom-client reads process_resident_memory_bytes from /proc/self/status, which Deno opens
+    // only with --allow-all (not granted by `deno task start`): it would always read 0. Deno's
+    // own memoryUsage().rss needs no permission; the original collect still runs first, so the
+    // virtual-memory and heap gauges it also fills keep working where /proc is readable.
+    const resident = this.registry.getSingleMetric("process_resident_memory_bytes") as
+      | (client.Gauge & { collect?: () => void })
+      | undefined;
+    if (resident) {
+      const collect = resident.collect;
+      resident.collect = function (this: client.Gauge) {
+        collect?.call(this);
+        this.set(Deno.memoryUsage().rss);
+      };
+    }
   }
 
   /** The exposition text for `/metrics`. */

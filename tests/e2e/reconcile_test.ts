@@ -8,7 +8,7 @@ import { assert, assertEquals } from "../assert.ts";
 import { PODS, type ResourceType, SERVICES } from "../../lib/kube/resources.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
-import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
+import { APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { isPodReady, SPEC_HASH_ANNOTATION } from "../../lib/appservice/pods.ts";
 import { restartApiserver } from "../cluster/cluster.ts";
 import {
@@ -127,9 +127,18 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
           );
         }
         await c.patch(AS, "scale", { spec: { replicas: 5 } }, { namespace: ns });
-        await c.patch(AS, "scale", { spec: { replicas: 3 } }, { namespace: ns });
-        const { pods } = await settled(c, ns, "scale", 3);
+        // The second change goes through the scale subresource, as `kubectl scale` does.
+        await c.patch(AS, "scale", { spec: { replicas: 3 } }, {
+          namespace: ns,
+          subresource: "scale",
+        });
+        const { pods, as } = await settled(c, ns, "scale", 3);
         assertEquals(pods.length, 3);
+        assertEquals(as.status?.replicas, 3);
+        assertEquals(
+          as.status?.selector,
+          "app.kubernetes.io/instance=scale,app.kubernetes.io/managed-by=appservice-operator",
+        );
         await sleep(1_000);
         assertEquals((await livePods(c, ns, "scale")).length, 3);
       },

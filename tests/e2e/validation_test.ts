@@ -48,6 +48,10 @@ Deno.test("validation: invalid AppServices get 422 naming the field; defaults ap
             fields.includes(field) || err.message.includes(field),
             `${field} not named: ${err.message}`,
           );
+          if (field === "spec.image" && spec.image) {
+            assert(err.message.includes("must be an image reference"), err.message);
+            assert(!err.message.includes("(?:"), `regular expression shown: ${err.message}`);
+          }
           return;
         }
         throw new Error(`${what} was accepted`);

@@ -1,0 +1,485 @@
+/**
+ * The controller (real {@link Controller} and {@link WorkQueue}, fake reconcile functions):
+ * independence of keys and per-key exclusivity (S5), retries with growing backoff and their
+ * metrics, reconcile timeout, sync period, fencing, and the drain on shutdown (S7).
+ */
+import fc from "fast-check";
+import { assert, assertEquals } from "../assert.ts";
+import { FLAGS, parseFlags } from "../../lib/cli.ts";
+import { FakeClock } from "../../lib/runtime/clock.ts";
+import {
+  Controller,
+  type ControllerOptions,
+  DEFAULT_MAX_CONCURRENT_RECONCILES,
+  DEFAULT_SYNC_PERIOD_MS,
+  type ReconcileContext,
+} from "../../lib/runtime/controller.ts";
+import { Metrics } from "../../lib/runtime/metrics.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls `cond` every 2 ms, at most `timeoutMs`. */
+async function until(what: string, cond: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let i = 0; i < 100_000; i++) {
+    if (cond()) return;
+    if (Date.now() > deadline) break;
+    await sleep(2);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+/** A promise with its resolve function. */
+function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((r) => open = r);
+  return { promise, open };
+}
+
+/** Per-key instrumentation of a fake reconcile: calls, concurrency, maximum concurrency. */
+class Probe {
+  calls: { key: string; at: number }[] = [];
+  inFlight = new Map<string, number>();
+  maxPerKey = new Map<string, number>();
+  maxTotal = 0;
+  completed: string[] = [];
+
+  enter(key: string, at = performance.now()): void {
+    this.calls.push({ key, at });
+    const n = (this.inFlight.get(key) ?? 0) + 1;
+    this.inFlight.set(key, n);
+    this.maxPerKey.set(key, Math.max(n, this.maxPerKey.get(key) ?? 0));
+    let total = 0;
+    for (const v of this.inFlight.values()) total += v;
+    this.maxTotal = Math.max(this.maxTotal, total);
+  }
+
+  leave(key: string): void {
+    this.inFlight.set(key, (this.inFlight.get(key) ?? 1) - 1);
+    this.completed.push(key);
+  }
+
+  count(key: string): number {
+    return this.calls.filter((c) => c.key === key).length;
+  }
+}
+
+function controller(o: Partial<ControllerOptions> & Pick<ControllerOptions, "reconcile">) {
+  return new Controller({ name: "test", syncPeriodMs: 0, ...o });
+}
+
+/** Sum of a counter's samples matching `labels`. */
+async function counter(
+  m: { get(): Promise<{ values: { value: number; labels: Record<string, unknown> }[] }> },
+  labels: Record<string, string> = {},
+): Promise<number> {
+  const got = await m.get();
+  return got.values
+    .filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))
+    .reduce((s, v) => s + v.value, 0);
+}
+
+Deno.test("controller: flags and defaults (--max-concurrent-reconciles 1, --sync-period 10h, --reconcile-timeout)", () => {
+  assertEquals(DEFAULT_MAX_CONCURRENT_RECONCILES, 1);
+  assertEquals(DEFAULT_SYNC_PERIOD_MS, 36_000_000);
+  const names = FLAGS.map((f) => f.name);
+  for (const n of ["max-concurrent-reconciles", "sync-period", "reconcile-timeout"]) {
+    assert(names.includes(n), `flag --${n} missing`);
+  }
+  const d = parseFlags([], () => undefined);
+  assert(d.kind === "run");
+  assertEquals(d.values["max-concurrent-reconciles"], 1);
+  assertEquals(d.values["sync-period"], 36_000_000);
+  assert((d.values["reconcile-timeout"] as number) > 0);
+  const f = parseFlags([
+    "--max-concurrent-reconciles=4",
+    "--sync-period=30m",
+    "--reconcile-timeout=5s",
+  ], () => undefined);
+  assert(f.kind === "run");
+  assertEquals(f.values["max-concurrent-reconciles"], 4);
+  assertEquals(f.values["sync-period"], 1_800_000);
+  assertEquals(f.values["reconcile-timeout"], 5_000);
+});
+
+Deno.test("controller S5: a slow reconcile of A does not delay B (maxConcurrentReconciles 2)", async () => {
+  const probe = new Probe();
+  const slowA = gate();
+  const c = controller({
+    maxConcurrentReconciles: 2,
+    reconcile: async (key) => {
+      probe.enter(key);
+      if (key === "ns/a") await slowA.promise;
+      probe.leave(key);
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 5_000);
+  c.enqueue("ns/a");
+  await until("A in flight", () => probe.count("ns/a") === 1);
+  const t0 = performance.now();
+  c.enqueue("ns/b");
+  await until("B done while A runs", () => probe.completed.includes("ns/b"), 1_000);
+  assert(performance.now() - t0 < 500, "B waited");
+  assertEquals(probe.completed, ["ns/b"]);
+  assertEquals(probe.inFlight.get("ns/a"), 1);
+  assertEquals(c.activeWorkers, 1);
+  // More keys keep flowing past the slow one.
+  for (const k of ["ns/c", "ns/d", "ns/e"]) c.enqueue(k);
+  await until("C, D, E done", () => probe.completed.length === 4);
+  slowA.open();
+  await until("A done", () => probe.completed.includes("ns/a"));
+  stop.abort();
+  await run;
+  assertEquals(probe.maxTotal, 2);
+});
+
+Deno.test("controller S5: a key is never reconciled twice at once; adds while it runs give one more run", async () => {
+  const probe = new Probe();
+  let slow = gate();
+  const c = controller({
+    maxConcurrentReconciles: 4,
+    reconcile: async (key) => {
+      probe.enter(key);
+      if (key === "ns/a") await slow.promise;
+      probe.leave(key);
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 5_000);
+  c.enqueue("ns/a");
+  await until("A in flight", () => probe.count("ns/a") === 1);
+  for (let i = 0; i < 10; i++) c.enqueue("ns/a"); // three idle workers could take it: must not
+  await sleep(30);
+  assertEquals(probe.count("ns/a"), 1);
+  assertEquals(c.queue.depth, 0, "a key in flight is not queued");
+  const first = slow;
+  slow = gate();
+  first.open();
+  await until("A runs once more", () => probe.count("ns/a") === 2);
+  slow.open();
+  await until("A done twice", () => probe.completed.filter((k) => k === "ns/a").length === 2);
+  await sleep(30);
+  assertEquals(probe.count("ns/a"), 2, "the ten adds merged into one run");
+  assertEquals(probe.maxPerKey.get("ns/a"), 1);
+  stop.abort();
+  await run;
+});
+
+Deno.test("controller S5: repeated adds of a pending key merge", async () => {
+  const probe = new Probe();
+  const busy = gate();
+  const c = controller({
+    maxConcurrentReconciles: 1,
+    reconcile: async (key) => {
+      probe.enter(key);
+      if (key === "ns/busy") await busy.promise;
+      probe.leave(key);
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 5_000);
+  c.enqueue("ns/busy");
+  await until("the only worker is busy", () => probe.count("ns/busy") === 1);
+  for (let i = 0; i < 50; i++) {
+    c.enqueue("ns/a");
+    c.enqueue("ns/b");
+  }
+  assertEquals(c.queue.depth, 2);
+  busy.open();
+  await until("A and B done", () => probe.completed.length === 3);
+  await sleep(30);
+  assertEquals(probe.count("ns/a"), 1);
+  assertEquals(probe.count("ns/b"), 1);
+  assertEquals(probe.calls.map((x) => x.key), ["ns/busy", "ns/a", "ns/b"], "FIFO order kept");
+  stop.abort();
+  await run;
+});
+
+Deno.test("controller S5 (property): per-key exclusivity, bounded concurrency, every add is seen", async () => {
+  await fc.assert(
+    fc.asyncProperty(
+      fc.integer({ min: 1, max: 4 }),
+      fc.array(
+        fc.record({
+          key: fc.constantFrom("ns/a", "ns/b", "ns/c", "ns/d"),
+          pauseMs: fc.integer({ min: 0, max: 3 }),
+        }),
+        { minLength: 1, maxLength: 25 },
+      ),
+      fc.array(fc.integer({ min: 0, max: 4 }), { minLength: 4, maxLength: 4 }),
+      async (workers, adds, workMs) => {
+        const probe = new Probe();
+        const keys = ["ns/a", "ns/b", "ns/c", "ns/d"];
+        const c = controller({
+          maxConcurrentReconciles: workers,
+          reconcile: async (key) => {
+            probe.enter(key);
+            await sleep(workMs[keys.indexOf(key)]);
+            probe.leave(key);
+          },
+        });
+        const stop = new AbortController();
+        const run = c.run(stop.signal, 5_000);
+        const lastAdd = new Map<string, number>();
+        for (const a of adds) {
+          lastAdd.set(a.key, performance.now());
+          c.enqueue(a.key);
+          if (a.pauseMs) await sleep(a.pauseMs);
+        }
+        // Every key is reconciled in full after its last add (no add is lost).
+        await until(
+          "all adds seen",
+          () =>
+            [...lastAdd].every(([k, t]) =>
+              probe.calls.some((x) => x.key === k && x.at >= t) &&
+              (probe.inFlight.get(k) ?? 0) === 0
+            ) && c.activeWorkers === 0,
+          5_000,
+        );
+        stop.abort();
+        await run;
+        for (const [k, n] of probe.maxPerKey) assertEquals(n, 1, `key ${k} ran concurrently`);
+        assert(probe.maxTotal <= workers, `${probe.maxTotal} > ${workers} workers`);
+        // Merging: never more runs of a key than adds of it.
+        for (const k of keys) {
+          assert(probe.count(k) <= adds.filter((a) => a.key === k).length);
+        }
+      },
+    ),
+    { numRuns: 40 },
+  );
+});
+
+Deno.test("controller: a reconcile that throws is retried with growing delay, counted, and the loop survives", async () => {
+  const clock = new FakeClock();
+  const metrics = new Metrics();
+  const callsAt: number[] = [];
+  const FAILURES = 7;
+  const c = controller({
+    clock,
+    metrics,
+    reconcile: (key) => {
+      if (key !== "ns/flaky") return Promise.resolve();
+      callsAt.push(clock.now());
+      // A synchronous throw and rejections of several kinds: all are caught.
+      if (callsAt.length === 1) throw new Error("boom");
+      if (callsAt.length === 2) return Promise.reject("a string");
+      if (callsAt.length <= FAILURES) {
+        return Promise.reject(new TypeError(`fail ${callsAt.length}`));
+      }
+      return Promise.resolve();
+    },
+  });
+  const labels = { name: "test", controller: "test" };
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  c.enqueue("ns/flaky");
+  await until("first call", () => callsAt.length === 1);
+  const expected = [5, 10, 20, 40, 80, 160, 320]; // 5 ms doubling (client-go)
+  for (let i = 0; i < FAILURES; i++) {
+    await until(`retry ${i + 1} scheduled`, () => c.queue.delayed === 1);
+    assertEquals(c.queue.numRequeues("ns/flaky"), i + 1);
+    clock.advance(expected[i] - 1);
+    await sleep(5);
+    assertEquals(callsAt.length, i + 1, `retry ${i + 1} came early`);
+    clock.advance(1);
+    await until(`retry ${i + 1}`, () => callsAt.length === i + 2);
+  }
+  const gaps = callsAt.slice(1).map((t, i) => t - callsAt[i]);
+  assertEquals(gaps, expected);
+  await until("success forgets the backoff", () => c.queue.numRequeues("ns/flaky") === 0);
+  assertEquals(await counter(metrics.queueRetries, labels), FAILURES);
+  assertEquals(await counter(metrics.reconcileErrors, { controller: "test" }), FAILURES);
+  assertEquals(
+    await counter(metrics.reconcileTotal, { controller: "test", result: "error" }),
+    FAILURES,
+  );
+  assertEquals(
+    await counter(metrics.reconcileTotal, { controller: "test", result: "success" }),
+    1,
+  );
+  const text = await metrics.text();
+  assert(
+    /^workqueue_retries_total\{name="test",controller="test"\} 7$/m.test(text),
+    text.split("\n").filter((l) => l.startsWith("workqueue_retries")).join("\n"),
+  );
+  // The workers still take keys.
+  c.enqueue("ns/other");
+  await until("another key", () => c.queue.depth === 0 && c.activeWorkers === 0);
+  stop.abort();
+  await run;
+});
+
+Deno.test("controller: requeue and requeueAfter results", async () => {
+  const clock = new FakeClock();
+  const calls: number[] = [];
+  const c = controller({
+    clock,
+    reconcile: () => {
+      calls.push(clock.now());
+      if (calls.length === 1) return Promise.resolve({ requeueAfterMs: 1_000 });
+      if (calls.length <= 3) return Promise.resolve({ requeue: true });
+      return Promise.resolve();
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  c.enqueue("ns/r");
+  await until("first", () => calls.length === 1);
+  clock.advance(999);
+  await sleep(5);
+  assertEquals(calls.length, 1);
+  clock.advance(1);
+  await until("after 1 s", () => calls.length === 2);
+  clock.advance(5);
+  await until("requeue with backoff 5 ms", () => calls.length === 3);
+  clock.advance(10);
+  await until("requeue with backoff 10 ms", () => calls.length === 4);
+  assertEquals(calls.slice(1).map((t, i) => t - calls[i]), [1_000, 5, 10]);
+  stop.abort();
+  await run;
+});
+
+Deno.test("controller: --reconcile-timeout aborts a slow reconcile; it is an error and retried", async () => {
+  const metrics = new Metrics();
+  let calls = 0;
+  const reasons: unknown[] = [];
+  const c = controller({
+    metrics,
+    reconcileTimeoutMs: 50,
+    reconcile: async (_key, ctx) => {
+      calls++;
+      if (calls > 1) return;
+      await new Promise<void>((resolve) => {
+        ctx.signal.addEventListener("abort", () => resolve(), { once: true });
+      });
+      reasons.push(ctx.signal.reason);
+      throw ctx.signal.reason;
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  const t0 = performance.now();
+  c.enqueue("ns/slow");
+  await until("retried after the timeout", () => calls === 2, 3_000);
+  const took = performance.now() - t0;
+  assert(took >= 45 && took < 2_000, `timeout took ${took} ms`);
+  assertEquals((reasons[0] as Error)?.name, "TimeoutError");
+  assertEquals(await counter(metrics.reconcileErrors), 1);
+  stop.abort();
+  await run;
+});
+
+Deno.test("controller: --sync-period adds every known key again", async () => {
+  const clock = new FakeClock();
+  const seen: string[] = [];
+  const c = controller({
+    clock,
+    syncPeriodMs: 10_000,
+    allKeys: () => ["ns/a", "ns/b"],
+    reconcile: (key) => {
+      seen.push(key);
+      return Promise.resolve();
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  await until("first pass over every key", () => seen.length === 2);
+  clock.advance(8_999); // the period is jittered within ±10 %
+  await sleep(5);
+  assertEquals(seen.length, 2);
+  clock.advance(2_002);
+  await until("second pass", () => seen.length === 4);
+  assertEquals(seen.sort(), ["ns/a", "ns/a", "ns/b", "ns/b"]);
+  stop.abort();
+  await run;
+});
+
+Deno.test("controller S7: stop takes no new keys and lets the in-flight reconcile finish", async () => {
+  const probe = new Probe();
+  const slow = gate();
+  let signal: AbortSignal | undefined;
+  const c = controller({
+    maxConcurrentReconciles: 1,
+    reconcile: async (key, ctx: ReconcileContext) => {
+      probe.enter(key);
+      if (key === "ns/a") {
+        signal = ctx.signal;
+        await slow.promise;
+      }
+      probe.leave(key);
+    },
+  });
+  const stop = new AbortController();
+  let resolved = false;
+  const run = c.run(stop.signal, 5_000).then(() => resolved = true);
+  c.enqueue("ns/a");
+  await until("A in flight", () => probe.count("ns/a") === 1);
+  c.enqueue("ns/b");
+  c.enqueue("ns/c");
+  stop.abort(); // SIGTERM
+  c.enqueue("ns/d"); // adds after the stop are ignored
+  await sleep(100);
+  assertEquals(resolved, false, "run() returned while a reconcile was in flight");
+  assert(!signal!.aborted, "the in-flight reconcile was aborted before the grace period");
+  slow.open();
+  await run;
+  assertEquals(probe.completed, ["ns/a"]);
+  assertEquals(probe.calls.map((x) => x.key), ["ns/a"], "no key handed out after the stop");
+  assert(!signal!.aborted);
+  assertEquals(c.activeWorkers, 0);
+});
+
+Deno.test("controller S7: past the grace period the in-flight reconcile's signal aborts", async () => {
+  let signal: AbortSignal | undefined;
+  let finished = false;
+  const c = controller({
+    maxConcurrentReconciles: 2,
+    reconcile: async (_key, ctx) => {
+      signal = ctx.signal;
+      // A reconcile that would take 60 s, but honours its signal.
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 60_000);
+        ctx.signal.addEventListener("abort", () => {
+          clearTimeout(t);
+          resolve();
+        }, { once: true });
+      });
+      finished = true;
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 200);
+  c.enqueue("ns/stuck");
+  await until("in flight", () => signal !== undefined);
+  const t0 = performance.now();
+  stop.abort();
+  await run;
+  const took = performance.now() - t0;
+  assert(signal!.aborted, "not aborted");
+  assert(finished);
+  assert(took >= 190 && took < 3_000, `run() took ${took} ms after the stop (grace 200 ms)`);
+});
+
+Deno.test("controller: fence() aborts in-flight reconciles at once (lost Lease)", async () => {
+  let signal: AbortSignal | undefined;
+  const c = controller({
+    reconcile: async (_key, ctx) => {
+      signal = ctx.signal;
+      await new Promise<void>((resolve) => {
+        ctx.signal.addEventListener("abort", () => resolve(), { once: true });
+      });
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 30_000);
+  c.enqueue("ns/a");
+  await until("in flight", () => signal !== undefined);
+  c.fence();
+  assert(signal!.aborted);
+  assert(/leadership lost/.test(String((signal!.reason as Error).message)));
+  stop.abort();
+  await run;
+});

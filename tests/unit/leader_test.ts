@@ -1,0 +1,308 @@
+/**
+ * Leader election units: the MicroTime format, option validation (client-go NewLeaderElector's
+ * rules), and the Lease record a candidate writes, against an in-memory Lease API that checks
+ * resourceVersion and the apiserver's Lease validation. The Lease behaviour between processes is
+ * tested end to end (tests/e2e/leader_test.ts).
+ */
+import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
+import { assert, assertEquals, assertRejects } from "../assert.ts";
+import { FLAGS, parseFlags } from "../../lib/cli.ts";
+import type { KubeClient } from "../../lib/kube/client.ts";
+import { ApiError } from "../../lib/kube/errors.ts";
+import { FakeClock } from "../../lib/runtime/clock.ts";
+import {
+  LeaderElector,
+  type LeaderElectorOptions,
+  LEASE_DURATION_SECONDS,
+  microTime,
+  RENEW_DEADLINE_MS,
+  RETRY_PERIOD_MS,
+} from "../../lib/runtime/leader.ts";
+
+const MICRO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+
+/** One Lease held in memory, with optimistic concurrency and the apiserver's validation. */
+class FakeLeaseApi {
+  lease?: Lease;
+  rv = 0;
+  /** When set, every call fails with it (a cut connection). */
+  failWith?: Error;
+  writes: { verb: string; spec: Lease["spec"] }[] = [];
+
+  #check(spec: Lease["spec"]): void {
+    const d = spec?.leaseDurationSeconds;
+    if (d !== undefined && !(Number.isInteger(d) && d > 0)) {
+      throw new ApiError(422, { reason: "Invalid", message: "leaseDurationSeconds must be > 0" });
+    }
+    for (const t of [spec?.acquireTime, spec?.renewTime]) {
+      if (t !== undefined && !MICRO_TIME.test(t)) {
+        throw new ApiError(422, { reason: "Invalid", message: `bad MicroTime ${t}` });
+      }
+    }
+  }
+
+  client(): KubeClient {
+    const api = {
+      get: (_rt: unknown, _name: string) => {
+        if (this.failWith) return Promise.reject(this.failWith);
+        if (!this.lease) {
+          return Promise.reject(new ApiError(404, { reason: "NotFound", message: "not found" }));
+        }
+        return Promise.resolve(structuredClone(this.lease));
+      },
+      create: (_rt: unknown, obj: Lease) => {
+        if (this.failWith) return Promise.reject(this.failWith);
+        if (this.lease) {
+          return Promise.reject(new ApiError(409, { reason: "AlreadyExists", message: "exists" }));
+        }
+        try {
+          this.#check(obj.spec);
+        } catch (err) {
+          return Promise.reject(err);
+        }
+        this.lease = structuredClone(obj);
+        this.lease.metadata = { ...obj.metadata, resourceVersion: String(++this.rv) };
+        this.writes.push({ verb: "create", spec: structuredClone(obj.spec) });
+        return Promise.resolve(structuredClone(this.lease));
+      },
+      update: (_rt: unknown, obj: Lease) => {
+        if (this.failWith) return Promise.reject(this.failWith);
+        if (!this.lease) {
+          return Promise.reject(new ApiError(404, { reason: "NotFound", message: "not found" }));
+        }
+        if (obj.metadata?.resourceVersion !== this.lease.metadata?.resourceVersion) {
+          return Promise.reject(new ApiError(409, { reason: "Conflict", message: "modified" }));
+        }
+        try {
+          this.#check(obj.spec);
+        } catch (err) {
+          return Promise.reject(err);
+        }
+        this.lease = structuredClone(obj);
+        this.lease.metadata = { ...obj.metadata, resourceVersion: String(++this.rv) };
+        this.writes.push({ verb: "update", spec: structuredClone(obj.spec) });
+        return Promise.resolve(structuredClone(this.lease));
+      },
+    };
+    return api as unknown as KubeClient;
+  }
+}
+
+function elector(
+  api: FakeLeaseApi,
+  identity: string,
+  clock: FakeClock,
+  extra: Partial<LeaderElectorOptions> = {},
+): LeaderElector {
+  return new LeaderElector({
+    client: api.client(),
+    namespace: "ns",
+    name: "lease",
+    identity,
+    leaseDurationSeconds: 4,
+    renewDeadlineMs: 3_000,
+    retryPeriodMs: 1_000,
+    clock,
+    random: () => 0,
+    ...extra,
+  });
+}
+
+/** Lets pending promise callbacks run (the fake API answers at once). */
+async function flush(): Promise<void> {
+  for (let i = 0; i < 5; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
+Deno.test("leader: microTime is RFC 3339 with six fractional digits, in UTC", () => {
+  const ms = Date.UTC(2006, 0, 2, 15, 4, 5, 123);
+  assertEquals(microTime(ms), "2006-01-02T15:04:05.123000Z");
+  assertEquals(microTime(Date.UTC(2024, 11, 31, 23, 59, 59, 0)), "2024-12-31T23:59:59.000000Z");
+  for (const t of [0, 1, 999, 1_700_000_000_001, Date.now()]) {
+    const s = microTime(t);
+    assert(MICRO_TIME.test(s), s);
+    assertEquals(Date.parse(s), t);
+  }
+});
+
+Deno.test("leader: defaults and flags are client-go's (15 s, 10 s, 2 s)", () => {
+  assertEquals(LEASE_DURATION_SECONDS, 15);
+  assertEquals(RENEW_DEADLINE_MS, 10_000);
+  assertEquals(RETRY_PERIOD_MS, 2_000);
+  const names = FLAGS.map((f) => f.name);
+  for (
+    const n of [
+      "leader-elect",
+      "leader-election-namespace",
+      "leader-election-id",
+      "leader-elect-lease-duration",
+      "leader-elect-renew-deadline",
+      "leader-elect-retry-period",
+    ]
+  ) assert(names.includes(n), `flag --${n} missing`);
+  const r = parseFlags([], () => undefined);
+  assert(r.kind === "run");
+  assertEquals(r.values["leader-elect"], false);
+  assertEquals(r.values["leader-elect-lease-duration"], 15_000);
+  assertEquals(r.values["leader-elect-renew-deadline"], 10_000);
+  assertEquals(r.values["leader-elect-retry-period"], 2_000);
+  // Empty: main.ts falls back to the service account's or the kubeconfig context's namespace.
+  assertEquals(r.values["leader-election-namespace"], "");
+  const f = parseFlags([
+    "--leader-elect",
+    "--leader-election-namespace=ops",
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+  ], () => undefined);
+  assert(f.kind === "run");
+  assertEquals(f.values["leader-election-namespace"], "ops");
+  assertEquals(f.values["leader-elect-lease-duration"], 4_000);
+  assertEquals(f.values["leader-elect-renew-deadline"], 3_000);
+  assertEquals(f.values["leader-elect-retry-period"], 1_000);
+});
+
+Deno.test("leader: option validation (client-go NewLeaderElector rules)", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const make = (o: Partial<LeaderElectorOptions>) => () => elector(api, "a", clock, o);
+  // Valid: the defaults, and the short timings the e2e tests use.
+  new LeaderElector({ client: api.client(), namespace: "ns", name: "l", identity: "a" });
+  make({})();
+  await assertRejects(
+    make({ leaseDurationSeconds: 3, renewDeadlineMs: 3_000 }),
+    /leaseDuration must be greater than renewDeadline/,
+  );
+  await assertRejects(
+    make({ renewDeadlineMs: 1_200, retryPeriodMs: 1_000 }),
+    /renewDeadline must be greater than retryPeriod\*JitterFactor/,
+  );
+  await assertRejects(make({ retryPeriodMs: 0 }), /retryPeriod must be greater than zero/);
+  await assertRejects(make({ retryPeriodMs: -1 }), /retryPeriod must be greater than zero/);
+  await assertRejects(make({ renewDeadlineMs: 0 }), /renewDeadline must be greater than zero/);
+  await assertRejects(make({ leaseDurationSeconds: 0 }), /leaseDuration must be a whole number/);
+  await assertRejects(make({ leaseDurationSeconds: 4.5 }), /leaseDuration must be a whole number/);
+  await assertRejects(make({ identity: "" }), /identity must not be empty/);
+});
+
+Deno.test("leader: acquire, renew, expiry takeover, release and takeover; valid records", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const a = elector(api, "a", clock);
+  const b = elector(api, "b", clock);
+
+  // a creates the Lease.
+  assert(await a.tryAcquireOrRenew());
+  let spec = api.lease!.spec!;
+  assertEquals(spec.holderIdentity, "a");
+  assertEquals(spec.leaseDurationSeconds, 4);
+  assertEquals(spec.leaseTransitions, 0);
+  assert(MICRO_TIME.test(spec.acquireTime!) && MICRO_TIME.test(spec.renewTime!));
+  const acquired = spec.acquireTime;
+
+  // b cannot take a Lease that is held and renewed.
+  assertEquals(await b.tryAcquireOrRenew(), false);
+  assertEquals(b.observedHolder, "a");
+  clock.advance(1_000);
+  assert(await a.tryAcquireOrRenew()); // renew keeps acquireTime, moves renewTime
+  spec = api.lease!.spec!;
+  assertEquals(spec.acquireTime, acquired);
+  assertEquals(spec.renewTime, microTime(clock.now()));
+  assertEquals(spec.leaseTransitions, 0);
+  clock.advance(3_999);
+  // b observed a's renew only now (its own clock): not expired yet for b.
+  assertEquals(await b.tryAcquireOrRenew(), false);
+
+  // a stops renewing: b takes over one lease duration after it last saw a change.
+  clock.advance(3_999);
+  assertEquals(await b.tryAcquireOrRenew(), false);
+  clock.advance(1);
+  assert(await b.tryAcquireOrRenew());
+  spec = api.lease!.spec!;
+  assertEquals(spec.holderIdentity, "b");
+  assertEquals(spec.leaseTransitions, 1);
+  assertEquals(spec.acquireTime, microTime(clock.now()));
+
+  // A stale writer loses on resourceVersion (409 is a failed try, not an error).
+  const errors: unknown[] = [];
+  const stale = elector(api, "c", clock, { onError: (e) => errors.push(e) });
+  assertEquals(await stale.tryAcquireOrRenew(), false); // both see b's record now...
+  assertEquals(await a.tryAcquireOrRenew(), false);
+  clock.advance(4_000); // ...and both find it expired at once
+  const before = api.rv;
+  const racing = [stale.tryAcquireOrRenew(), a.tryAcquireOrRenew()];
+  const won = await Promise.all(racing);
+  assertEquals(won.filter(Boolean).length, 1, `exactly one wins: ${won}`);
+  assertEquals(api.rv, before + 1);
+  assertEquals(errors, []);
+});
+
+Deno.test("leader: release clears the holder with a valid update; the next holder counts a transition", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const stopped: string[] = [];
+  const a = elector(api, "a", clock, { onStoppedLeading: (r) => stopped.push(r) });
+  const b = elector(api, "b", clock);
+  const stop = new AbortController();
+  const run = a.run(stop.signal);
+  await flush();
+  assert(a.isLeader);
+  assertEquals(await b.tryAcquireOrRenew(), false);
+  stop.abort();
+  assertEquals(await run, "stopped");
+  assert(await a.release());
+  assertEquals(stopped, ["released"]);
+  const spec = api.lease!.spec!;
+  assertEquals(spec.holderIdentity, "");
+  assertEquals(spec.leaseDurationSeconds, 1);
+  assertEquals(spec.leaseTransitions, 0);
+  assert(MICRO_TIME.test(spec.renewTime!));
+  assertEquals(await a.release(), false, "a second release writes nothing");
+  // b takes the released Lease at once, without waiting for any duration.
+  assert(await b.tryAcquireOrRenew());
+  assertEquals(api.lease!.spec!.holderIdentity, "b");
+  assertEquals(api.lease!.spec!.leaseDurationSeconds, 4);
+  assertEquals(api.lease!.spec!.leaseTransitions, 1);
+});
+
+Deno.test("leader: a leader that cannot renew within the renew deadline has lost (self-fencing)", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const events: string[] = [];
+  const errors: unknown[] = [];
+  const a = elector(api, "a", clock, {
+    onStartedLeading: () => events.push("started"),
+    onStoppedLeading: (r) => events.push(r),
+    onError: (e) => errors.push(e),
+  });
+  const stop = new AbortController();
+  let result: string | undefined;
+  const run = a.run(stop.signal).then((r) => result = r);
+  await flush();
+  assertEquals(events, ["started"]);
+  for (let i = 0; i < 3; i++) {
+    clock.advance(1_000);
+    await flush();
+  }
+  assert(a.isLeader);
+  const lastRenew = clock.now();
+  api.failWith = new TypeError("connection reset");
+  // Retries every retry period; until the deadline it still leads.
+  for (let i = 0; i < 2; i++) {
+    clock.advance(1_000);
+    await flush();
+    assertEquals(result, undefined);
+    assert(a.isLeader);
+  }
+  clock.advance(1_000); // lastRenew + renew deadline (3 s)
+  await flush();
+  await run;
+  assertEquals(result, "lost");
+  assertEquals(events, ["started", "lost"]);
+  assert(!a.isLeader);
+  assertEquals(clock.now() - lastRenew, 3_000);
+  assert(errors.length >= 3, `attempts reported: ${errors.length}`);
+  // A lost leader does not release (it must not write any more).
+  api.failWith = undefined;
+  assertEquals(await a.release(), false);
+  assertEquals(api.lease!.spec!.holderIdentity, "a");
+});
