@@ -145,12 +145,8 @@ build() {
   for name in "${names[@]}"; do
     [[ -x $tmp/$name ]] || die "go build did not produce $name"
     mv -f "$tmp/$name" "$bin/$name"
-    if ((${#names[@]} > 1)); then
-      say "$name: built in ${elapsed}s (one go build for ${names[*]})"
-    else
-      say "$name: built in ${elapsed}s"
-    fi
   done
+  say "${names[*]}: built in ${elapsed}s"
   rm -rf "$tmp"
   tmp=
 }
