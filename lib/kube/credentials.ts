@@ -29,7 +29,7 @@ export interface Credential {
 export class CredentialProvider {
   #config: ClusterConfig;
   #baseClient?: Deno.HttpClient;
-  /** The credential in use; `cert` is kept so that {@link resetConnections} can rebuild its client. */
+  /** The credential in use; `cert` is kept for {@link resetConnections} to rebuild its client. */
   #cached?: { cred: Credential; expiresAtMs: number; cert?: { certPem: string; keyPem: string } };
   #now: () => number;
   #pending?: Promise<Credential>;

@@ -1,0 +1,319 @@
+/**
+ * decodeWatchStream (lib/kube/watch.ts) on a ReadableStream the test controls: frame boundaries
+ * anywhere in the chunks, ERROR frames as typed errors, and the idle bound. Then the reflector
+ * over such decoded streams (a scripted client, a fake clock): what it does when a stream ends at
+ * once, fails midway, or is a WatchList.
+ */
+import { assert, assertEquals, assertRejects } from "../assert.ts";
+import { decodeWatchStream, type ObjectWatchEvent, WatchIdleError } from "../../lib/kube/watch.ts";
+import { ApiError, isGone } from "../../lib/kube/errors.ts";
+import type { KubeClient } from "../../lib/kube/client.ts";
+import { FakeClock } from "../../lib/runtime/clock.ts";
+import { Reflector, type ReflectorEvent } from "../../lib/runtime/reflector.ts";
+import { Store } from "../../lib/runtime/store.ts";
+
+interface Obj {
+  metadata: { name?: string; resourceVersion: string; annotations?: Record<string, string> };
+  data?: Record<string, string>;
+}
+
+const enc = new TextEncoder();
+
+/** A body stream fed by hand; `cancelled` tells whether the decoder released it. */
+function body() {
+  let ctl!: ReadableStreamDefaultController<Uint8Array>;
+  let cancelled = false;
+  const stream = new ReadableStream<Uint8Array>({
+    start(c) {
+      ctl = c;
+    },
+    cancel() {
+      cancelled = true;
+    },
+  });
+  return {
+    stream,
+    push: (chunk: string | Uint8Array) =>
+      ctl.enqueue(typeof chunk === "string" ? enc.encode(chunk) : chunk),
+    close: () => ctl.close(),
+    get cancelled() {
+      return cancelled;
+    },
+  };
+}
+
+const frame = (type: string, name: string, rv: string, extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ type, object: { metadata: { name, resourceVersion: rv }, ...extra } }) + "\n";
+
+async function collect(it: AsyncGenerator<ObjectWatchEvent<Obj>>): Promise<string[]> {
+  const out: string[] = [];
+  for await (const ev of it) {
+    out.push(`${ev.type} ${ev.object.metadata.name} ${ev.object.metadata.resourceVersion}`);
+  }
+  return out;
+}
+
+Deno.test("watch decode: a frame split across many chunks, even inside a UTF-8 character", async () => {
+  const b = body();
+  const text = frame("ADDED", "grüße-✓", "10", { data: { k: "ünïcødé ✓" } }) +
+    frame("MODIFIED", "b", "11");
+  const bytes = enc.encode(text);
+  // One byte per chunk: every boundary, including the middle of multi-byte characters.
+  for (const byte of bytes) b.push(new Uint8Array([byte]));
+  b.close();
+  const events: ObjectWatchEvent<Obj>[] = [];
+  for await (const ev of decodeWatchStream<Obj>(b.stream, 0, () => {})) events.push(ev);
+  assertEquals(events.map((e) => e.type), ["ADDED", "MODIFIED"]);
+  assertEquals(events[0].object.metadata.name, "grüße-✓");
+  assertEquals(events[0].object.data, { k: "ünïcødé ✓" });
+  assertEquals(events[1].object.metadata.resourceVersion, "11");
+});
+
+Deno.test("watch decode: several frames in one chunk, a frame ending in the next, blank lines", async () => {
+  const b = body();
+  const all = frame("ADDED", "a", "1") + frame("MODIFIED", "a", "2") + "\n" +
+    frame("BOOKMARK", "", "3") + frame("DELETED", "a", "4");
+  const cut = all.length - 7;
+  b.push(all.slice(0, cut));
+  b.push(all.slice(cut));
+  b.close();
+  assertEquals(await collect(decodeWatchStream<Obj>(b.stream, 0, () => {})), [
+    "ADDED a 1",
+    "MODIFIED a 2",
+    "BOOKMARK  3",
+    "DELETED a 4",
+  ]);
+});
+
+Deno.test("watch decode: an ERROR frame is thrown as ApiError 410 after the events before it", async () => {
+  const b = body();
+  b.push(frame("ADDED", "a", "5"));
+  b.push(
+    JSON.stringify({
+      type: "ERROR",
+      object: {
+        kind: "Status",
+        apiVersion: "v1",
+        status: "Failure",
+        message: "too old resource version: 5 (812)",
+        reason: "Expired",
+        code: 410,
+      },
+    }) + "\n" + frame("ADDED", "never", "6"),
+  );
+  const seen: string[] = [];
+  const err = await assertRejects(async () => {
+    for await (const ev of decodeWatchStream<Obj>(b.stream, 0, () => {})) {
+      seen.push(ev.object.metadata.name!);
+    }
+  }, /410 Expired: too old resource version/);
+  assertEquals(seen, ["a"]);
+  assert(err instanceof ApiError, "not an ApiError");
+  assertEquals((err as ApiError).code, 410);
+  assertEquals((err as ApiError).reason, "Expired");
+  assert(isGone(err), "isGone");
+  assert(b.cancelled, "the body was not released after the error");
+});
+
+Deno.test("watch decode: no byte within the idle bound → onIdle once, WatchIdleError, body released", async () => {
+  const b = body();
+  b.push(frame("ADDED", "a", "1"));
+  let idleCalls = 0;
+  const seen: string[] = [];
+  const err = await assertRejects(async () => {
+    for await (const ev of decodeWatchStream<Obj>(b.stream, 50, () => idleCalls++)) {
+      seen.push(ev.object.metadata.name!);
+    }
+  }, /delivered nothing for 50 ms/);
+  assert(err instanceof WatchIdleError, `not a WatchIdleError: ${err}`);
+  assertEquals((err as WatchIdleError).idleMs, 50);
+  assertEquals(idleCalls, 1);
+  assertEquals(seen, ["a"]);
+  assert(b.cancelled, "the body was not released");
+});
+
+Deno.test("watch decode: every chunk re-arms the idle bound; a normal end is no error", async () => {
+  const b = body();
+  let idleCalls = 0;
+  const it = decodeWatchStream<Obj>(b.stream, 1_000, () => idleCalls++);
+  const feeder = (async () => {
+    // 12 chunks 100 ms apart: 1.2 s in all, longer than the bound, but never 1 s without a byte.
+    const text = frame("ADDED", "slow", "7");
+    const parts = [text.slice(0, 5), text.slice(5, 20), text.slice(20), ...Array(9).fill("\n")];
+    for (const p of parts) {
+      await new Promise((r) => setTimeout(r, 100));
+      b.push(p);
+    }
+    b.close();
+  })();
+  assertEquals(await collect(it), ["ADDED slow 7"]);
+  await feeder;
+  assertEquals(idleCalls, 0);
+});
+
+Deno.test("watch decode: a consumer that stops early releases the body", async () => {
+  const b = body();
+  b.push(frame("ADDED", "a", "1") + frame("ADDED", "b", "2"));
+  for await (const ev of decodeWatchStream<Obj>(b.stream, 10_000, () => {})) {
+    assertEquals(ev.object.metadata.name, "a");
+    break;
+  }
+  assert(b.cancelled, "the body was not released");
+});
+
+// ---------------------------------------------------------------------------------------------
+// The reflector over decoded streams: a client whose watch() yields what the test scripts.
+
+/** One scripted watch: the frames it sends, then how it ends. */
+interface ScriptedWatch {
+  frames: string;
+  /** "close": normal end; "fail": a network error; "hang": open until aborted. */
+  end: "close" | "fail" | "hang";
+}
+
+/** A stand-in for KubeClient: listAll answers `listed`; each watch() plays the next script. */
+class ScriptedClient {
+  watchCalls: { resourceVersion?: string; sendInitialEvents?: boolean }[] = [];
+  lists = 0;
+  constructor(readonly listed: Obj[], readonly listRv: string, readonly scripts: ScriptedWatch[]) {}
+
+  listAll() {
+    this.lists++;
+    return Promise.resolve({ items: this.listed, resourceVersion: this.listRv, pages: 1 });
+  }
+
+  async *watch(
+    _rt: unknown,
+    o: { resourceVersion?: string; sendInitialEvents?: boolean; signal?: AbortSignal },
+  ): AsyncGenerator<ObjectWatchEvent<Obj>> {
+    this.watchCalls.push({
+      resourceVersion: o.resourceVersion,
+      sendInitialEvents: o.sendInitialEvents,
+    });
+    // A macrotask per call, so that a reconnect loop can never starve the test's timers.
+    await new Promise((r) => setTimeout(r, 0));
+    const s = this.scripts.shift() ?? { frames: "", end: "hang" };
+    const b = body();
+    b.push(s.frames);
+    if (s.end === "close") b.close();
+    if (s.end === "fail") b.push("{not json, as when a connection dies mid-frame}\n");
+    const onAbort = () => b.close();
+    o.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      yield* decodeWatchStream<Obj>(b.stream, 0, () => {});
+    } finally {
+      o.signal?.removeEventListener("abort", onAbort);
+    }
+  }
+}
+
+function runReflector(
+  client: ScriptedClient,
+  o: { useWatchList?: boolean } = {},
+) {
+  const clock = new FakeClock();
+  const store = new Store<Obj>();
+  const calls: string[] = [];
+  store.addHandler({
+    add: (x) => calls.push(`add ${x.metadata.name}@${x.metadata.resourceVersion}`),
+    update: (_, x) => calls.push(`update ${x.metadata.name}@${x.metadata.resourceVersion}`),
+    delete: (x) => calls.push(`delete ${x.metadata.name}`),
+  });
+  const events: ReflectorEvent[] = [];
+  const reflector = new Reflector<Obj>({
+    client: client as unknown as KubeClient,
+    resource: { apiVersion: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true },
+    store,
+    clock,
+    random: () => 0,
+    useWatchList: o.useWatchList,
+    onEvent: (ev) => events.push(ev),
+  });
+  const ctl = new AbortController();
+  const done = reflector.run(ctl.signal);
+  const settle = () => new Promise((r) => setTimeout(r, 30));
+  return {
+    reflector,
+    store,
+    calls,
+    events,
+    clock,
+    settle,
+    async stop() {
+      ctl.abort();
+      await done;
+    },
+  };
+}
+
+Deno.test("reflector: a watch that ends at once without events backs off, no reconnect loop", async () => {
+  const client = new ScriptedClient([], "10", [
+    { frames: "", end: "close" },
+    { frames: "", end: "close" },
+  ]);
+  const r = runReflector(client);
+  try {
+    await r.settle();
+    await r.settle();
+    // Time does not move: a tight loop would have called watch() many times by now.
+    assertEquals(client.watchCalls.length, 1);
+    const errors = r.events.filter((e) => e.type === "error");
+    assertEquals(errors.length, 1);
+    assert(/very short watch/.test(String((errors[0] as { error: Error }).error)));
+    assertEquals((errors[0] as { retryInMs: number }).retryInMs, 800);
+    r.clock.advance(800);
+    await r.settle();
+    assertEquals(client.watchCalls.length, 2);
+    assertEquals(
+      (r.events.filter((e) => e.type === "error")[1] as { retryInMs: number }).retryInMs,
+      1600,
+    );
+    assertEquals(client.lists, 1);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("reflector: a failed watch resumes from the last event it applied, none applied twice", async () => {
+  const client = new ScriptedClient([{ metadata: { name: "a", resourceVersion: "5" } }], "10", [
+    { frames: frame("MODIFIED", "a", "11") + frame("BOOKMARK", "", "12"), end: "fail" },
+    { frames: frame("ADDED", "b", "13"), end: "hang" },
+  ]);
+  const r = runReflector(client);
+  try {
+    await r.settle();
+    assertEquals(r.calls, ["add a@5", "update a@11"]);
+    r.clock.advance(1_000); // past the first backoff step
+    await r.settle();
+    assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "12"]);
+    assertEquals(r.calls, ["add a@5", "update a@11", "add b@13"]);
+    assertEquals(client.lists, 1);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("reflector: WatchList — events after the initial-events-end bookmark reach the store", async () => {
+  const end = JSON.stringify({
+    type: "BOOKMARK",
+    object: {
+      metadata: { resourceVersion: "7", annotations: { "k8s.io/initial-events-end": "true" } },
+    },
+  }) + "\n";
+  const client = new ScriptedClient([], "1", [{
+    frames: frame("ADDED", "a", "5") + frame("ADDED", "b", "6") + end +
+      frame("MODIFIED", "a", "8") + frame("DELETED", "b", "9") + frame("ADDED", "c", "10"),
+    end: "hang",
+  }]);
+  const r = runReflector(client, { useWatchList: true });
+  try {
+    await r.settle();
+    assert(r.reflector.hasSynced, "not synced");
+    assertEquals(client.lists, 0);
+    assertEquals(client.watchCalls, [{ resourceVersion: undefined, sendInitialEvents: true }]);
+    assertEquals(r.calls, ["add a@5", "add b@6", "update a@8", "delete b", "add c@10"]);
+    assertEquals(r.store.keys().sort(), ["a", "c"]);
+  } finally {
+    await r.stop();
+  }
+});
