@@ -41,7 +41,7 @@ async function settled(c: KubeClient, ns: string, name: string, n: number, timeo
     const a = await getAs(ns, name);
     const pods = await livePods(c, ns, name);
     const ok = a.status?.ready === true && a.status.observedGeneration === a.metadata.generation &&
-      a.status.readyReplicas === n && pods.length === n &&
+      a.status.readyReplicas === n && a.status.replicas === n && pods.length === n &&
       pods.every((p) => !p.metadata?.deletionTimestamp && isPodReady(p));
     return ok ? { as: a, pods } : undefined;
   }, timeoutMs);
