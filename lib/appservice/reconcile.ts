@@ -185,7 +185,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         if (!isNotFound(err)) logger.warn("Status write failed", { error: errorText(err) });
       }
       if (failures.length > 0) {
-        await events.record(as, {
+        events.record(as, {
           type: "Warning",
           reason: "CleanupFailed",
           action: "Delete",
@@ -289,7 +289,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       try {
         await deleteIgnoringNotFound("Pod", pod, signal);
         logger.info("Deleted Pod", { pod: pod.metadata?.name, reason: why });
-        await events.record(as, {
+        events.record(as, {
           type: "Normal",
           reason: why === "SpecChanged" ? "PodReplaced" : "PodDeleted",
           action: "Delete",
@@ -313,7 +313,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         await client.create<Pod>(PODS, pod, { fieldManager: FIELD_MANAGER, signal });
         created++;
         logger.info("Created Pod", { pod: pod.metadata?.name, specHash: hash });
-        await events.record(as, {
+        events.record(as, {
           type: "Normal",
           reason: "PodCreated",
           action: "Create",
@@ -342,7 +342,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           signal,
         });
         logger.info(liveSvc ? "Updated Service" : "Created Service", { service: name });
-        await events.record(as, {
+        events.record(as, {
           type: "Normal",
           reason: liveSvc ? "ServiceUpdated" : "ServiceCreated",
           action: liveSvc ? "Update" : "Create",
@@ -351,7 +351,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       } else if (!wantSvc && liveSvc && !liveSvc.metadata?.deletionTimestamp) {
         await deleteIgnoringNotFound("Service", liveSvc, signal);
         logger.info("Deleted Service", { service: name });
-        await events.record(as, {
+        events.record(as, {
           type: "Normal",
           reason: "ServiceDeleted",
           action: "Delete",
@@ -431,7 +431,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     }
     if (failures.length > 0) {
       for (const f of failures) {
-        await events.record(as, {
+        events.record(as, {
           type: "Warning",
           reason: f.reason,
           action: "Reconcile",

@@ -2,8 +2,11 @@
  * Kubernetes Events through events.k8s.io/v1, as controller-runtime's recorder writes them:
  * `regarding` the object, `reason` (UpperCamelCase), `action`, `note`, `type` Normal or Warning,
  * `reportingController` and `reportingInstance`. Recording never blocks a reconcile and never
- * throws; an identical event (same object, reason and note) within {@link EVENT_DEDUPE_MS} is
- * not written again, so a retry loop does not flood the apiserver.
+ * throws: {@link EventRecorder.record} queues the write and returns at once; at most
+ * {@link EVENT_WRITERS} writes are in flight and at most {@link EVENT_QUEUE_LIMIT} wait (more are
+ * dropped, as client-go's broadcaster drops past its buffer of 1,000). An identical event (same
+ * object, reason and note) within {@link EVENT_DEDUPE_MS} is not written again, so a retry loop
+ * does not flood the apiserver.
  *
  * @module
  */
@@ -13,6 +16,10 @@ import { microTime } from "./leader.ts";
 
 /** Window in which an identical event is written only once (ms). */
 export const EVENT_DEDUPE_MS = 10 * 60_000;
+/** Event writes in flight at once. */
+export const EVENT_WRITERS = 4;
+/** Events waiting to be written beyond which new ones are dropped; client-go's buffer, 1,000. */
+export const EVENT_QUEUE_LIMIT = 1_000;
 
 /** What one event says. */
 export interface EventSpec {
@@ -35,6 +42,11 @@ export class EventRecorder {
   #recent = new Map<string, number>();
   #seq = 0;
   #onError: (err: unknown) => void;
+  #queue: KubeObject[] = [];
+  #writers = 0;
+  #idle: (() => void)[] = [];
+  /** Events dropped because the queue was full. */
+  dropped = 0;
 
   /**
    * @param client writes the events
@@ -54,8 +66,11 @@ export class EventRecorder {
     this.#onError = onError;
   }
 
-  /** Records an event about `regarding` in its namespace; returns once written or skipped. */
-  async record(regarding: KubeObject, e: EventSpec): Promise<void> {
+  /**
+   * Queues an event about `regarding` (in its namespace) and returns at once. Never throws; a
+   * failed write is reported through `onError`.
+   */
+  record(regarding: KubeObject, e: EventSpec): void {
     const m = regarding.metadata ?? {};
     const key = `${m.uid}|${e.reason}|${e.note}`;
     const now = Date.now();
@@ -65,6 +80,38 @@ export class EventRecorder {
     if (this.#recent.size > 5_000) {
       for (const [k, t] of this.#recent) if (now - t >= EVENT_DEDUPE_MS) this.#recent.delete(k);
     }
+    if (this.#queue.length >= EVENT_QUEUE_LIMIT) {
+      this.dropped++;
+      return;
+    }
+    this.#queue.push(this.#build(regarding, e, now));
+    this.#pump();
+  }
+
+  /** Resolves when every queued event has been written (or failed). */
+  flush(): Promise<void> {
+    if (this.#queue.length === 0 && this.#writers === 0) return Promise.resolve();
+    return new Promise((r) => this.#idle.push(r));
+  }
+
+  #pump(): void {
+    while (this.#writers < EVENT_WRITERS && this.#queue.length > 0) {
+      const ev = this.#queue.shift()!;
+      this.#writers++;
+      this.#client.create(EVENTS, ev)
+        .catch((err) => this.#onError(err))
+        .finally(() => {
+          this.#writers--;
+          this.#pump();
+          if (this.#writers === 0 && this.#queue.length === 0) {
+            for (const r of this.#idle.splice(0)) r();
+          }
+        });
+    }
+  }
+
+  #build(regarding: KubeObject, e: EventSpec, now: number): KubeObject {
+    const m = regarding.metadata ?? {};
     const ref = (o: KubeObject) => ({
       apiVersion: o.apiVersion,
       kind: o.kind,
@@ -73,29 +120,25 @@ export class EventRecorder {
       uid: o.metadata?.uid,
       resourceVersion: o.metadata?.resourceVersion,
     });
-    try {
-      await this.#client.create(EVENTS, {
-        apiVersion: "events.k8s.io/v1",
-        kind: "Event",
-        // client-go names events <object>.<unix nanoseconds in hex>.
-        metadata: {
-          name: `${m.name}.${
-            (BigInt(now) * 1_000_000n + BigInt(this.#seq++ % 1_000_000)).toString(16)
-          }`,
-          namespace: m.namespace ?? "default",
-        },
-        eventTime: microTime(now),
-        reportingController: this.#controller,
-        reportingInstance: this.#instance,
-        action: e.action,
-        reason: e.reason,
-        note: e.note.slice(0, 1024),
-        type: e.type,
-        regarding: ref(regarding),
-        related: e.related ? ref(e.related) : undefined,
-      } as KubeObject);
-    } catch (err) {
-      this.#onError(err);
-    }
+    return {
+      apiVersion: "events.k8s.io/v1",
+      kind: "Event",
+      // client-go names events <object>.<unix nanoseconds in hex>.
+      metadata: {
+        name: `${m.name}.${
+          (BigInt(now) * 1_000_000n + BigInt(this.#seq++ % 1_000_000)).toString(16)
+        }`,
+        namespace: m.namespace ?? "default",
+      },
+      eventTime: microTime(now),
+      reportingController: this.#controller,
+      reportingInstance: this.#instance,
+      action: e.action,
+      reason: e.reason,
+      note: e.note.slice(0, 1024),
+      type: e.type,
+      regarding: ref(regarding),
+      related: e.related ? ref(e.related) : undefined,
+    } as KubeObject;
   }
 }

@@ -314,6 +314,8 @@ export class Manager {
     // Shutdown: workers drain (or were fenced), then the Lease is released, then the rest.
     this.#log.info("Shutting down", { reason: exitCode ? "lost the Lease" : "signal" });
     await controllerDone;
+    // Events are best effort; give the queued ones a moment to be written.
+    await Promise.race([events.flush(), new Promise((r) => setTimeout(r, 2_000))]);
     if (elector && exitCode === 0) await elector.release(AbortSignal.timeout(5_000));
     informers.abort();
     servers.abort();
