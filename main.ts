@@ -84,6 +84,7 @@ async function main(): Promise<number> {
 
   const metrics = new Metrics();
   let client: KubeClient;
+  let leaderClient: KubeClient;
   let user: string;
   try {
     const config = loadClusterConfig({
@@ -97,6 +98,13 @@ async function main(): Promise<number> {
       qps: v["kube-api-qps"] as number,
       burst: (v["kube-api-burst"] as number) || undefined,
       maxRetries: 2,
+      onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+    });
+    // Leader election gets its own client: no client-side rate limit shared with reconciles.
+    leaderClient = new KubeClient(config, {
+      userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
+        `deno/${Deno.version.deno} leader-election`,
+      maxRetries: 0,
       onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
     });
     user = await whoAmI(client);
@@ -136,6 +144,7 @@ async function main(): Promise<number> {
 
   const manager = new Manager({
     client,
+    leaderElectionClient: leaderClient,
     metrics,
     metricsBindAddress: v["metrics-bind-address"] as string,
     healthProbeBindAddress: v["health-probe-bind-address"] as string,
@@ -162,6 +171,7 @@ async function main(): Promise<number> {
     fail(errorText(err));
   } finally {
     client.close();
+    leaderClient.close();
   }
 }
 

@@ -24,7 +24,7 @@
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import type { KubeClient } from "../kube/client.ts";
-import { ApiError, isAlreadyExists, isNotFound } from "../kube/errors.ts";
+import { ApiError, isAlreadyExists, isNamespaceTerminating, isNotFound } from "../kube/errors.ts";
 import { PODS, SERVICES } from "../kube/resources.ts";
 import type { ReconcileContext, ReconcileResult } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
@@ -34,6 +34,7 @@ import {
   desiredPod,
   isPodReady,
   MANAGED_BY,
+  MANAGED_SELECTOR,
   podOrdinal,
   selectorLabels,
   SPEC_HASH_ANNOTATION,
@@ -62,6 +63,9 @@ export interface ReconcilerDeps {
 
 /** An error already reported through status and an Event; the controller only retries it. */
 class ReportedError extends Error {}
+
+/** A Service of the wanted name exists and belongs to someone else. */
+class ServiceConflict extends Error {}
 
 /** Builds the reconcile function for the controller. */
 export function appServiceReconciler(deps: ReconcilerDeps) {
@@ -133,10 +137,16 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     if (!as.metadata.finalizers?.includes(FINALIZER)) return {};
     const ns = as.metadata.namespace!;
     const uid = as.metadata.uid!;
+    // `kubectl delete --cascade=orphan`: the garbage collector keeps the dependents; so do we.
+    if (as.metadata.finalizers.includes("orphan")) {
+      logger.info("Deleted with propagationPolicy Orphan; leaving Pods and Service in place");
+      return await removeFinalizer(as, signal);
+    }
     // Confirm through the API, not the cache: the finalizer goes only when they are really gone.
+    // Owned objects are found by owner UID (the name may not be a valid label value).
     const listed = await client.listAll<Pod>(PODS, {
       namespace: ns,
-      labelSelector: `app.kubernetes.io/instance=${as.metadata.name}`,
+      labelSelector: MANAGED_SELECTOR,
       signal,
     });
     const pods = listed.items.filter((p) =>
@@ -193,10 +203,18 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         });
         throw new ReportedError(message);
       }
-      return { requeueAfterMs: CLEANUP_POLL_MS };
+      // The Pod watch reconciles again as each one goes; the backoff only covers a missed event
+      // (growing from 5 ms, so Pods held by their own finalizers cause no request loop).
+      return { requeue: true };
     }
-    // Everything is gone: remove our finalizer, guarded by a JSON patch test of its position.
-    const idx = as.metadata.finalizers.indexOf(FINALIZER);
+    logger.info("Cleanup complete; removing the finalizer");
+    return await removeFinalizer(as, signal);
+  }
+
+  /** Removes our finalizer, guarded by a JSON patch `test` of its position (safe against races). */
+  async function removeFinalizer(as: AppService, signal: AbortSignal): Promise<ReconcileResult> {
+    const ns = as.metadata.namespace!;
+    const idx = as.metadata.finalizers!.indexOf(FINALIZER);
     try {
       await client.patch(APPSERVICES, as.metadata.name!, [
         { op: "test", path: `/metadata/finalizers/${idx}`, value: FINALIZER },
@@ -206,7 +224,6 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       if (isNotFound(err)) return {};
       throw err;
     }
-    logger.info("Cleanup complete; finalizer removed");
     return {};
   }
 
@@ -281,7 +298,26 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       const othersReady = live.every((p) => p === candidate || isPodReady(p));
       const missing = replicas - live.length;
       if ((othersReady && missing === 0) || !anyReady) {
-        toDelete.push({ pod: candidate, why: "SpecChanged" });
+        // Delete only if the replacement would be admitted: a spec the CRD accepts but the Pod API
+        // (or a quota, or Pod Security) rejects must not cost a running Pod.
+        const ord = podOrdinal(as, candidate)!;
+        try {
+          await client.create<Pod>(PODS, desiredPod(as, ord, hash), {
+            fieldManager: FIELD_MANAGER,
+            dryRun: true,
+            signal,
+          });
+          toDelete.push({ pod: candidate, why: "SpecChanged" });
+        } catch (err) {
+          if (!isAlreadyExists(err)) {
+            failures.push({
+              reason: "InvalidPodSpec",
+              message: `the new Pod template is rejected, keeping ${candidate.metadata?.name}: ${
+                errorText(err)
+              }`,
+            });
+          } else toDelete.push({ pod: candidate, why: "SpecChanged" });
+        }
       }
     }
 
@@ -321,7 +357,22 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           related: pod,
         });
       } catch (err) {
-        if (isAlreadyExists(err)) continue; // stale cache: it exists; its watch event will come
+        if (isNamespaceTerminating(err)) return; // the namespace is going: nothing to create
+        if (isAlreadyExists(err)) {
+          // Stale cache (its watch event will come), or a Pod of that name that is not ours.
+          const other = await client.get<Pod>(PODS, pod.metadata!.name!, { namespace: ns, signal })
+            .catch(() => undefined);
+          const ours = other?.metadata?.ownerReferences?.some((r) =>
+            r.controller && r.uid === as.metadata.uid
+          );
+          if (other && !ours) {
+            failures.push({
+              reason: "PodNameConflict",
+              message: `Pod ${pod.metadata?.name} exists and is not owned by this AppService`,
+            });
+          }
+          continue;
+        }
         failures.push({
           reason: "FailedCreatePod",
           message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
@@ -333,6 +384,18 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const wantSvc = desiredService(as);
     const liveSvc = deps.services.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
     try {
+      if (wantSvc && !liveSvc) {
+        // Not in our cache: it may still exist, made by someone else. Never adopt it: taking
+        // over a foreign Service would reroute its traffic and delete it with the AppService.
+        const other = await client.get<Service>(SERVICES, name, { namespace: ns, signal })
+          .catch((err) => {
+            if (isNotFound(err)) return undefined;
+            throw err;
+          });
+        if (other && !other.metadata?.ownerReferences?.some((r) => r.uid === as.metadata.uid)) {
+          throw new ServiceConflict(`Service ${name} exists and is not owned by this AppService`);
+        }
+      }
       if (wantSvc && !(liveSvc && serviceMatches(liveSvc, wantSvc))) {
         await client.patch<Service>(SERVICES, name, wantSvc, {
           namespace: ns,
@@ -359,7 +422,11 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         });
       }
     } catch (err) {
-      failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
+      if (err instanceof ServiceConflict) {
+        failures.push({ reason: "ServiceNameConflict", message: err.message });
+      } else if (!isNamespaceTerminating(err)) {
+        failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
+      }
     }
 
     // Status.

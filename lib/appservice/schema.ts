@@ -214,6 +214,10 @@ export function toStructural(schema: TSchema): Record<string, unknown> {
   return walk(JSON.parse(JSON.stringify(schema)));
 }
 
+/** Message of the name validation rule. */
+export const NAME_MESSAGE = "metadata.name must be at most 63 characters of lower-case letters, " +
+  "digits and '-', starting with a letter (it names the Service and labels the Pods)";
+
 /** Message of the image validation rule (what users see instead of the regular expression). */
 export const IMAGE_MESSAGE =
   "must be an image reference with a tag and/or a digest, e.g. nginx:1.27, " +
@@ -276,6 +280,13 @@ export function appServiceCrd(): Record<string, unknown> {
             description:
               "AppService runs `replicas` Pods of one image, and a Service for its ports.",
             required: ["spec"],
+            // The name becomes the Service's name (a DNS-1035 label) and a label value (63
+            // characters at most), so a name that cannot be used is refused at once.
+            "x-kubernetes-validations": [{
+              rule: "self.metadata.name.size() <= 63 && " +
+                "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+              message: NAME_MESSAGE,
+            }],
             properties: {
               apiVersion: { type: "string" },
               kind: { type: "string" },

@@ -6,7 +6,11 @@
  * @module
  */
 import type { Service, ServicePort } from "kubernetes-types/core/v1.d.ts";
+import { createHash } from "node:crypto";
 import { ownedLabels, ownerRef, selectorLabels, stableJson } from "./pods.ts";
+
+/** Annotation on the Service: hash of the ports, selector and type this operator last applied. */
+export const SERVICE_HASH_ANNOTATION = "apps.our-org.com/service-hash";
 import type { AppService } from "./schema.ts";
 
 /** The desired Service, or undefined when the AppService declares no ports. */
@@ -19,6 +23,8 @@ export function desiredService(as: AppService): Service | undefined {
     targetPort: p.containerPort,
     protocol: p.protocol ?? "TCP",
   }));
+  const spec = { type: "ClusterIP", selector: selectorLabels(as), ports: svcPorts };
+  const hash = createHash("sha256").update(stableJson(spec)).digest("hex").slice(0, 10);
   return {
     apiVersion: "v1",
     kind: "Service",
@@ -26,30 +32,30 @@ export function desiredService(as: AppService): Service | undefined {
       name: as.metadata.name,
       namespace: as.metadata.namespace,
       labels: ownedLabels(as),
+      annotations: { [SERVICE_HASH_ANNOTATION]: hash },
       ownerReferences: [ownerRef(as)],
     },
-    spec: { type: "ClusterIP", selector: selectorLabels(as), ports: svcPorts },
+    spec,
   };
 }
 
 /**
- * Whether the live Service already matches the desired one in the fields this operator owns
- * (ports, selector, type, labels). Server-defaulted fields (clusterIP, sessionAffinity...) are
- * ignored, so an unchanged AppService causes no Service write.
+ * Whether the live Service already has what this operator applies: the same applied hash
+ * (annotation), its selector, type and every desired port. Server-defaulted fields (clusterIP,
+ * sessionAffinity...) and ports or labels that another field manager added are ignored: server-side
+ * apply would not remove them anyway, so comparing them would re-apply on every reconcile.
  */
 export function serviceMatches(live: Service, want: Service): boolean {
-  const norm = (ps?: ServicePort[]) =>
-    (ps ?? []).map((p) => ({
-      name: p.name ?? "",
-      port: p.port,
-      targetPort: p.targetPort ?? p.port,
-      protocol: p.protocol ?? "TCP",
-    }));
+  const key = (p: ServicePort) =>
+    `${p.name ?? ""}|${p.port}|${p.targetPort ?? p.port}|${p.protocol ?? "TCP"}`;
+  const livePorts = new Set((live.spec?.ports ?? []).map(key));
   const labelsOk = Object.entries(want.metadata?.labels ?? {}).every(([k, v]) =>
     live.metadata?.labels?.[k] === v
   );
   return labelsOk &&
+    live.metadata?.annotations?.[SERVICE_HASH_ANNOTATION] ===
+      want.metadata?.annotations?.[SERVICE_HASH_ANNOTATION] &&
     (live.spec?.type ?? "ClusterIP") === want.spec?.type &&
     stableJson(live.spec?.selector ?? {}) === stableJson(want.spec?.selector ?? {}) &&
-    stableJson(norm(live.spec?.ports)) === stableJson(norm(want.spec?.ports));
+    (want.spec?.ports ?? []).every((p) => livePorts.has(key(p)));
 }

@@ -124,6 +124,8 @@ export interface PatchOptions extends CallOptions {
 export interface WriteOptions extends CallOptions {
   fieldManager?: string;
   subresource?: string;
+  /** Server-side dry run (`dryRun=All`): admission and validation run, nothing is stored. */
+  dryRun?: boolean;
 }
 
 /** Options of a delete call (DeleteOptions). */
@@ -202,7 +204,7 @@ export class KubeClient {
     let retriedAuth = false;
     for (let attempt = 0;; attempt++) {
       await this.#bucket.wait(req.signal);
-      const cred = await this.#creds.get();
+      const cred = await this.#creds.get(req.signal);
       const headers: Record<string, string> = {
         "Accept": "application/json",
         "User-Agent": this.#opts.userAgent,
@@ -348,7 +350,7 @@ export class KubeClient {
       path: resourcePath(rt, ns),
       body: obj,
       signal: o.signal,
-      query: { fieldManager: o.fieldManager },
+      query: { fieldManager: o.fieldManager, dryRun: o.dryRun ? "All" : undefined },
     });
   }
 

@@ -16,6 +16,8 @@ import { ConfigError } from "./errors.ts";
 
 /** How long a token read from a file is used before the file is read again (ms). */
 export const TOKEN_FILE_REREAD_MS = 60_000;
+/** An exec credential plugin that has not answered after this long is killed (ms). */
+export const EXEC_TIMEOUT_MS = 30_000;
 
 /** What one request presents. */
 export interface Credential {
@@ -61,13 +63,26 @@ export class CredentialProvider {
     return this.#baseClient ??= this.#makeClient();
   }
 
-  /** The credential for the next request; runs the exec plugin or reads the token file if due. */
-  get(): Promise<Credential> {
+  /**
+   * The credential for the next request; runs the exec plugin or reads the token file if due.
+   * Rejects with the signal's reason when `signal` aborts first (the refresh itself goes on for
+   * other callers, bounded by {@link EXEC_TIMEOUT_MS}), so a hung plugin cannot hold up a Lease
+   * renewal past its deadline.
+   */
+  get(signal?: AbortSignal): Promise<Credential> {
     const c = this.#cached;
     if (c && this.#now() < c.expiresAtMs) return Promise.resolve(c.cred);
     // One refresh at a time; concurrent callers share it.
     this.#pending ??= this.#refresh().finally(() => this.#pending = undefined);
-    return this.#pending;
+    if (!signal) return this.#pending;
+    if (signal.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      const onAbort = () => reject(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.#pending!.then(resolve, reject).finally(() =>
+        signal.removeEventListener("abort", onAbort)
+      );
+    });
   }
 
   /** Forgets the cached credential (after a 401), so the next {@link get} fetches a fresh one. */
@@ -160,26 +175,20 @@ export class CredentialProvider {
       kind: "ExecCredential",
       spec: { interactive: false },
     });
-    let out: Deno.CommandOutput;
-    try {
-      out = await new Deno.Command(command, {
-        args: exec.args ?? [],
-        env,
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-    } catch (err) {
-      throw new ConfigError(`exec plugin ${command} could not run: ${(err as Error).message}`);
+    const out = await runBounded(command, exec.args ?? [], env, EXEC_TIMEOUT_MS);
+    if (out.timedOut) {
+      throw new ConfigError(
+        `exec plugin ${command} gave no answer within ${EXEC_TIMEOUT_MS / 1000} s and was killed`,
+      );
     }
-    if (!out.success) {
-      const stderr = new TextDecoder().decode(out.stderr).trim().split("\n").pop() ?? "";
+    if (out.code !== 0) {
+      const stderr = out.stderr.trim().split("\n").pop() ?? "";
       throw new ConfigError(`exec plugin ${command} exited with code ${out.code}: ${stderr}`);
     }
     // deno-lint-ignore no-explicit-any
     let ec: any;
     try {
-      ec = JSON.parse(new TextDecoder().decode(out.stdout));
+      ec = JSON.parse(out.stdout);
     } catch {
       throw new ConfigError(`exec plugin ${command} did not print an ExecCredential as JSON`);
     }
@@ -212,4 +221,69 @@ export class CredentialProvider {
     };
     return cred;
   }
+}
+
+/**
+ * Runs a command with stdin closed and collects stdout/stderr as text, killing it (SIGKILL) after
+ * `timeoutMs`. Does not wait for pipes that a leftover grandchild keeps open once the command
+ * itself has exited or been killed (a plugin script whose `sleep` outlives it).
+ * @throws ConfigError when the command cannot be started.
+ */
+async function runBounded(
+  command: string,
+  args: string[],
+  env: Record<string, string>,
+  timeoutMs: number,
+): Promise<{ code: number; stdout: string; stderr: string; timedOut: boolean }> {
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(command, {
+      args,
+      env,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    })
+      .spawn();
+  } catch (err) {
+    throw new ConfigError(`exec plugin ${command} could not run: ${(err as Error).message}`);
+  }
+  const collect = (stream: ReadableStream<Uint8Array>) => {
+    const reader = stream.getReader();
+    const chunks: Uint8Array[] = [];
+    const done = (async () => {
+      try {
+        while (true) {
+          const r = await reader.read();
+          if (r.done) break;
+          chunks.push(r.value);
+        }
+      } catch { /* cancelled */ }
+    })();
+    return {
+      done,
+      cancel: () => reader.cancel().catch(() => {}),
+      text: () => new TextDecoder().decode(new Uint8Array(chunks.flatMap((c) => [...c]))),
+    };
+  };
+  const out = collect(child.stdout);
+  const err = collect(child.stderr);
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    try {
+      child.kill("SIGKILL");
+    } catch { /* gone */ }
+  }, timeoutMs);
+  const status = await child.status;
+  clearTimeout(timer);
+  // Give the pipes a moment to drain, then stop waiting for them.
+  const drained = Promise.all([out.done, err.done]);
+  const grace = new Promise<void>((r) => {
+    const t = setTimeout(r, 1_000);
+    drained.finally(() => clearTimeout(t));
+  });
+  await Promise.race([drained, grace]);
+  await Promise.all([out.cancel(), err.cancel()]);
+  return { code: status.code, stdout: out.text(), stderr: err.text(), timedOut };
 }

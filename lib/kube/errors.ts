@@ -21,7 +21,7 @@ export interface Status {
     group?: string;
     kind?: string;
     uid?: string;
-    causes?: { reason?: string; message?: string; field?: string }[];
+    causes?: { type?: string; reason?: string; message?: string; field?: string }[];
     retryAfterSeconds?: number;
   };
   /** HTTP status code this Status stands for. */
@@ -102,3 +102,13 @@ export const isForbidden = (err: unknown): boolean => hasCode(err, 403, "Forbidd
 export const isTooManyRequests = (err: unknown): boolean => hasCode(err, 429, "TooManyRequests");
 /** True for 401 / reason Unauthorized (credential missing, expired or not accepted). */
 export const isUnauthorized = (err: unknown): boolean => hasCode(err, 401, "Unauthorized");
+
+/**
+ * True for a 403 because the namespace is being deleted (the Status carries a cause of type
+ * `NamespaceTerminating`; Kubernetes' NamespaceLifecycle admission plugin).
+ */
+export const isNamespaceTerminating = (err: unknown): boolean =>
+  err instanceof ApiError && err.code === 403 &&
+  !!err.status?.details?.causes?.some((c) =>
+    (c as { type?: string }).type === "NamespaceTerminating"
+  );

@@ -158,7 +158,9 @@ export class LeaderElector {
       this.#observe(this.#lease, now);
       return true;
     } catch (err) {
-      if (!isConflict(err) && !isAlreadyExists(err)) o.onError?.(err);
+      // A conflict means another candidate won this round; an abort is our own shutdown.
+      const shutdown = signal?.aborted && (signal.reason as Error)?.name !== "TimeoutError";
+      if (!isConflict(err) && !isAlreadyExists(err) && !shutdown) o.onError?.(err);
       return false;
     }
   }

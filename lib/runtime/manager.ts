@@ -35,6 +35,11 @@ import { CONTROLLER_UID_INDEX, controllerUidIndex, objectKey, Store } from "./st
 /** Options of {@link Manager}; durations in ms unless the name says seconds. */
 export interface ManagerOptions {
   client: KubeClient;
+  /**
+   * Client for the Lease only (default: `client`). A separate one keeps renewals out of the
+   * reconcilers' client-side rate limit, so a busy leader does not lose its own Lease.
+   */
+  leaderElectionClient?: KubeClient;
   metrics: Metrics;
   /** `host:port`, `:port` or `0` (disabled). */
   metricsBindAddress: string;
@@ -274,7 +279,7 @@ export class Manager {
       const leaseName = `${o.leaderElectionNamespace}/${o.leaderElectionId}`;
       o.metrics.leaderStatus.set({ name: o.leaderElectionId }, 0);
       elector = new LeaderElector({
-        client: o.client,
+        client: o.leaderElectionClient ?? o.client,
         namespace: o.leaderElectionNamespace,
         name: o.leaderElectionId,
         identity: o.identity,
@@ -302,8 +307,26 @@ export class Manager {
           this.#log.warn("Lease attempt failed", { lease: leaseName, error: errorText(err) }),
       });
       this.#log.info("Waiting for the Lease", { lease: leaseName, identity: o.identity });
-      const result = await elector.run(leading.signal);
-      if (result === "lost") exitCode = 1;
+      // The elector keeps renewing while the workers drain after SIGTERM: it stops only once
+      // they are done, so the Lease is never free while this process may still write
+      // (controller-runtime's order). A lost Lease aborts `leading` itself (onStoppedLeading).
+      const electing = new AbortController();
+      const electorDone = elector.run(electing.signal);
+      const stopRequested = new Promise<void>((r) => {
+        if (leading.signal.aborted) r();
+        else leading.signal.addEventListener("abort", () => r(), { once: true });
+      });
+      const first = await Promise.race([electorDone, stopRequested.then(() => "signal" as const)]);
+      if (first === "lost") exitCode = 1;
+      if (first === "signal" && elector.isLeader) {
+        this.#log.info("Draining in-flight reconciles; still holding the Lease", {
+          lease: leaseName,
+          graceMs: o.gracefulShutdownTimeoutMs,
+        });
+        await controllerDone;
+      }
+      electing.abort();
+      if ((await electorDone) === "lost") exitCode = 1;
     } else {
       startController();
       await new Promise<void>((r) => {

@@ -286,6 +286,93 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
       },
     );
 
+    await t.step("a Service of the same name made by someone else is never adopted", async () => {
+      await c.create(SERVICES, {
+        apiVersion: "v1",
+        kind: "Service",
+        metadata: { name: "foreign", namespace: ns, labels: { team: "payments" } },
+        spec: {
+          selector: { app: "payments" },
+          ports: [{ name: "https", port: 443, targetPort: 8443 }],
+        },
+      } as never);
+      await c.create(
+        AS,
+        appService(ns, "foreign", { image: "nginx:1.27", ports: [{ containerPort: 80 }] }),
+      );
+      const a = await waitFor("Degraded ServiceNameConflict", async () => {
+        const x = await getAs(ns, "foreign");
+        const d = x.status?.conditions?.find((k) => k.type === "Degraded");
+        return d?.status === "True" && d.reason === "ServiceNameConflict" ? x : undefined;
+      });
+      assert(
+        a.status?.conditions?.find((k) => k.type === "Degraded")?.message.includes("not owned"),
+      );
+      const svc = await c.get<Service>(SERVICES, "foreign", { namespace: ns });
+      assertEquals(svc.spec?.selector, { app: "payments" });
+      assertEquals(svc.metadata?.ownerReferences, undefined);
+      await c.delete(AS, "foreign", { namespace: ns });
+      await waitFor("AppService foreign gone", async () => {
+        try {
+          await getAs(ns, "foreign");
+          return false;
+        } catch (err) {
+          return isNotFound(err);
+        }
+      });
+      const still = await c.get<Service>(SERVICES, "foreign", { namespace: ns });
+      assertEquals(still.spec?.selector, { app: "payments" }, "the foreign Service must survive");
+    });
+
+    await t.step(
+      "a template the Pod API rejects keeps the running Pods (dry run first)",
+      async () => {
+        await c.create(AS, appService(ns, "guard", { image: "nginx:1.27" }));
+        const { pods } = await settled(c, ns, "guard", 1);
+        const uid = pods[0].metadata!.uid;
+        await c.patch(AS, "guard", {
+          spec: { resources: { requests: { cpu: "2" }, limits: { cpu: "1" } } },
+        }, { namespace: ns });
+        const a = await waitFor("Degraded InvalidPodSpec", async () => {
+          const x = await getAs(ns, "guard");
+          const d = x.status?.conditions?.find((k) => k.type === "Degraded");
+          return d?.status === "True" && d.reason === "InvalidPodSpec" ? x : undefined;
+        });
+        assert(
+          a.status?.conditions?.find((k) => k.type === "Degraded")?.message.includes("guard-0"),
+        );
+        const now = await c.get<Pod>(PODS, "guard-0", { namespace: ns });
+        assertEquals(now.metadata!.uid, uid, "the running Pod was deleted");
+        assert(isPodReady(now));
+        // Fixing the spec rolls out normally.
+        await c.patch(AS, "guard", { spec: { resources: { limits: { cpu: "2" } } } }, {
+          namespace: ns,
+        });
+        const fixed = await settled(c, ns, "guard", 1);
+        assert(fixed.pods[0].metadata!.uid !== uid);
+      },
+    );
+
+    await t.step(
+      "delete with --cascade=orphan leaves the Pods to the garbage collector's rules",
+      async () => {
+        await c.create(AS, appService(ns, "orphans", { image: "nginx:1.27", replicas: 2 }));
+        await settled(c, ns, "orphans", 2);
+        await c.delete(AS, "orphans", { namespace: ns, propagationPolicy: "Orphan" });
+        await waitFor("AppService orphans gone", async () => {
+          try {
+            await getAs(ns, "orphans");
+            return false;
+          } catch (err) {
+            return isNotFound(err);
+          }
+        });
+        const left = await livePods(c, ns, "orphans");
+        assertEquals(left.length, 2, "orphaned Pods must stay");
+        for (const p of left) await c.delete(PODS, p.metadata!.name!, { namespace: ns });
+      },
+    );
+
     await t.step("S9: at rest for 60 s, the operator makes zero writes", async () => {
       await settled(c, ns, "scale", 3);
       await sleep(2_000); // let the last status writes land

@@ -58,6 +58,19 @@ Deno.test("validation: invalid AppServices get 422 naming the field; defaults ap
       });
     }
 
+    await t.step("names that cannot name a Service or label a Pod are refused", async () => {
+      for (const name of ["a".repeat(64), "my.app", "9lives"]) {
+        try {
+          await c.create(APPSERVICES as never, appService(ns, name, { image: "nginx:1" }));
+        } catch (err) {
+          assert(err instanceof ApiError && err.code === 422, String(err));
+          assert(err.message.includes("metadata.name must be at most 63 characters"), err.message);
+          continue;
+        }
+        throw new Error(`${name} was accepted`);
+      }
+    });
+
     await t.step("only an image: replicas 1 and restartPolicy Always by default", async () => {
       const created = await c.create<AppService>(
         APPSERVICES as never,
