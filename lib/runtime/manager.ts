@@ -225,10 +225,7 @@ export class Manager {
         "/readyz": checksHandler(Object.fromEntries(
           reflectors.map((r, i) => [
             `informer-${names[i]}`,
-            () =>
-              r.hasSynced
-                ? undefined
-                : `not synced (${r.state.phase === "backoff" ? r.state.error : r.state.phase})`,
+            () => r.hasSynced ? undefined : `not synced (${r.lastError ?? r.state.phase})`,
           ]),
         )),
       }, servers.signal);

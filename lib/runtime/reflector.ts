@@ -105,6 +105,7 @@ export class Reflector<T extends KubeObject> {
   #random: () => number;
   #watchListUnsupported = false;
   #openWatches = 0;
+  #lastError?: string;
   /**
    * resourceVersion of the last event (bookmarks included) the current or last plain watch
    * applied. A watch that fails (idle, network, 5xx) resumes from here, not from where it began:
@@ -123,6 +124,11 @@ export class Reflector<T extends KubeObject> {
   /** Current state. */
   get state(): ReflectorState {
     return this.#state;
+  }
+
+  /** The last list or watch failure (kept while retrying), for readiness messages. */
+  get lastError(): string | undefined {
+    return this.#lastError;
   }
 
   /** True once the first list (or WatchList initial events) has been applied to the store. */
@@ -331,7 +337,8 @@ export class Reflector<T extends KubeObject> {
           continue;
         }
         const delayMs = backoff.next();
-        this.#state = { phase: "backoff", delayMs, error: String((err as Error)?.message ?? err) };
+        this.#lastError = String((err as Error)?.message ?? err);
+        this.#state = { phase: "backoff", delayMs, error: this.#lastError };
         this.#emit({ type: "error", phase, error: err, retryInMs: delayMs });
         try {
           await sleepOn(this.#clock, delayMs, signal);
