@@ -300,23 +300,28 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       if ((othersReady && missing === 0) || !anyReady) {
         // Delete only if the replacement would be admitted: a spec the CRD accepts but the Pod API
         // (or a quota, or Pod Security) rejects must not cost a running Pod.
+        // (generateName, so the dry run does not collide with the Pod it would replace.)
         const ord = podOrdinal(as, candidate)!;
+        const probe = desiredPod(as, ord, hash);
+        probe.metadata = {
+          ...probe.metadata,
+          generateName: `${probe.metadata!.name}-`,
+          name: undefined,
+        };
         try {
-          await client.create<Pod>(PODS, desiredPod(as, ord, hash), {
+          await client.create<Pod>(PODS, probe, {
             fieldManager: FIELD_MANAGER,
             dryRun: true,
             signal,
           });
           toDelete.push({ pod: candidate, why: "SpecChanged" });
         } catch (err) {
-          if (!isAlreadyExists(err)) {
-            failures.push({
-              reason: "InvalidPodSpec",
-              message: `the new Pod template is rejected, keeping ${candidate.metadata?.name}: ${
-                errorText(err)
-              }`,
-            });
-          } else toDelete.push({ pod: candidate, why: "SpecChanged" });
+          failures.push({
+            reason: "InvalidPodSpec",
+            message: `the new Pod template is rejected, keeping ${candidate.metadata?.name}: ${
+              errorText(err)
+            }`,
+          });
         }
       }
     }
