@@ -13,7 +13,8 @@ export function assert(cond: unknown, msg = "assertion failed"): asserts cond {
 
 /** Deep strict equality. */
 export function assertEquals<T>(actual: T, expected: T, msg?: string): void {
-  nodeAssert.deepStrictEqual(actual, expected, msg);
+  if (msg === undefined) nodeAssert.deepStrictEqual(actual, expected);
+  else nodeAssert.deepStrictEqual(actual, expected, msg);
 }
 
 /** Asserts that `fn` throws (or rejects) and that the message matches `pattern` if given. */
