@@ -15,10 +15,15 @@ import { parseArgs } from "node:util";
 
 const REPO = new URL("../", import.meta.url).pathname.replace(/\/$/, "");
 
-/** The `--allow-*` flags of `deno task start`. */
+/**
+ * The permission flags (`--allow-*`, `--deny-*`) of `deno task start`: the one list that the
+ * binary, the demo and the tests all run with.
+ */
 export async function startFlags(): Promise<string[]> {
   const deno = JSON.parse(await Deno.readTextFile(`${REPO}/deno.json`));
-  return String(deno.tasks.start).split(/\s+/).filter((w) => w.startsWith("--allow-"));
+  return String(deno.tasks.start).split(/\s+/).filter((w) =>
+    w.startsWith("--allow-") || w.startsWith("--deny-")
+  );
 }
 
 function fail(msg: string): never {

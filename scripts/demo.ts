@@ -10,6 +10,7 @@
 import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { cacheDir, startCluster, stopCluster } from "../tests/cluster/cluster.ts";
+import { startFlags } from "./compile.ts";
 
 const REPO = new URL("../", import.meta.url).pathname.replace(/\/$/, "");
 const { values } = parseArgs({
@@ -58,8 +59,7 @@ async function main(): Promise<number> {
     ]);
 
     console.log("==> starting the operator (deno task start)");
-    const deno = JSON.parse(await Deno.readTextFile(join(REPO, "deno.json")));
-    const perms = String(deno.tasks.start).split(/\s+/).filter((w) => w.startsWith("--allow-"));
+    const perms = await startFlags();
     operator = new Deno.Command(Deno.execPath(), {
       args: [
         "run",

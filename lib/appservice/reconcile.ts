@@ -47,8 +47,6 @@ import { type ConditionInput, mergeConditions, podStatuses, statusChanged } from
 
 /** Field manager of every write (server-side apply and create/update). */
 export const FIELD_MANAGER = MANAGED_BY;
-/** How often a deletion waiting for Pods to terminate looks again (ms). */
-export const CLEANUP_POLL_MS = 2_000;
 
 /** What the reconciler reads and writes through. */
 export interface ReconcilerDeps {

@@ -13,6 +13,7 @@ import { isNotFound } from "../../lib/kube/errors.ts";
 import { CRDS, NAMESPACES } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { type ClusterInfo, readClusterInfo } from "../cluster/cluster.ts";
+import { startFlags } from "../../scripts/compile.ts";
 
 /** Repository root. */
 export const REPO = new URL("../../", import.meta.url).pathname.replace(/\/$/, "");
@@ -138,12 +139,8 @@ export function appService(ns: string, name: string, spec: Record<string, unknow
   };
 }
 
-/** The `--allow-*` flags of `deno task start` (read from deno.json, so tests use the same). */
-export async function startPermissionFlags(): Promise<string[]> {
-  const deno = JSON.parse(await Deno.readTextFile(`${REPO}/deno.json`));
-  const words = String(deno.tasks.start).split(/\s+/);
-  return words.filter((w) => w.startsWith("--allow-") || w.startsWith("--deny-"));
-}
+/** The permission flags of `deno task start` (the same list the binary is compiled with). */
+export const startPermissionFlags = startFlags;
 
 /** Picks a free loopback TCP port. */
 export function freePort(): number {
