@@ -52,6 +52,10 @@ interface WatchOptions {
   keepCluster: boolean;
   resultsDir: string;
   markdown: boolean;
+  /** Sides to run (default all). */
+  sides: string[];
+  /** A saved recording to replay instead of recording anew; written when missing. */
+  recording?: string;
 }
 
 const USAGE = `usage: deno task bench:watch [flags]
@@ -64,7 +68,10 @@ const USAGE = `usage: deno task bench:watch [flags]
   --reuse-cluster       use the cluster already running in --cluster-dir
   --keep-cluster        leave the cluster running at the end
   --results DIR         default bench/results
-  --no-markdown         do not rewrite BENCHMARKS.md`;
+  --no-markdown         do not rewrite BENCHMARKS.md
+  --sides a,b           sides to run (default ${SIDES.join(",")})
+  --recording FILE      replay this saved recording (JSON) instead of recording anew; when FILE
+                        does not exist, record and save it there (for development)`;
 
 function parse(args: string[]): WatchOptions {
   const { values } = parseArgs({
@@ -79,6 +86,8 @@ function parse(args: string[]): WatchOptions {
       "keep-cluster": { type: "boolean", default: false },
       results: { type: "string", default: join(REPO, "bench", "results") },
       "no-markdown": { type: "boolean", default: false },
+      sides: { type: "string", default: SIDES.join(",") },
+      recording: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -108,6 +117,12 @@ function parse(args: string[]): WatchOptions {
     keepCluster: values["keep-cluster"],
     resultsDir: values.results,
     markdown: !values["no-markdown"],
+    sides: values.sides.split(",").filter((x) => {
+      if (!x) return false;
+      if (!(SIDES as readonly string[]).includes(x)) throw new Error(`--sides: unknown "${x}"`);
+      return true;
+    }),
+    recording: values.recording,
   };
 }
 
@@ -195,6 +210,25 @@ async function record(
   } finally {
     c.close();
   }
+}
+
+/** {@link record}, or the recording saved in `o.recording` (saved there when missing). */
+async function loadOrRecord(
+  info: ClusterInfo,
+  o: WatchOptions,
+): Promise<Recording & { liveCount: number }> {
+  if (o.recording) {
+    try {
+      const saved = JSON.parse(await Deno.readTextFile(o.recording));
+      log("replaying a saved recording", { file: o.recording, events: saved.events.length });
+      return saved;
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+    }
+  }
+  const rec = await record(info, o);
+  if (o.recording) await Deno.writeTextFile(o.recording, JSON.stringify(rec));
+  return rec;
 }
 
 async function runSide(
@@ -353,7 +387,7 @@ async function main(): Promise<number> {
   const modes: ModeResult[] = [];
   let recorded = 0;
   try {
-    const rec = await record(info, o);
+    const rec = await loadOrRecord(info, o);
     recorded = rec.events.length;
     if (o.modes.has("replay")) {
       const tls = await makeServingCert(
@@ -367,7 +401,7 @@ async function main(): Promise<number> {
       const m: ModeResult = { mode: "replay", runs: {} };
       try {
         for (let run = 0; run < o.runs; run++) {
-          const order = run % 2 === 0 ? [...SIDES] : [...SIDES].reverse();
+          const order = run % 2 === 0 ? [...o.sides] : [...o.sides].reverse();
           for (const side of order) {
             const r = await runSide(side, kc, rec.items.length, rec.events.length);
             (m.runs[side] ??= []).push(r);
@@ -388,7 +422,7 @@ async function main(): Promise<number> {
     if (o.modes.has("live")) {
       const m: ModeResult = { mode: "live", runs: {} };
       for (let run = 0; run < o.runs; run++) {
-        const order = run % 2 === 0 ? [...SIDES] : [...SIDES].reverse();
+        const order = run % 2 === 0 ? [...o.sides] : [...o.sides].reverse();
         for (const side of order) {
           const r = await runSide(side, info.kubeconfig, rec.liveCount, 0);
           (m.runs[side] ??= []).push(r);
