@@ -29,6 +29,52 @@ export function parseBindAddress(value: string): BindAddress | undefined {
 /** A named check; returns undefined when healthy, or the reason it is not. */
 export type Check = () => string | undefined;
 
+/**
+ * How long (ms) a synced informer may fail to list or watch, without a single success, before
+ * `/readyz` reports it: 30 s. It is the reflector's capped backoff (client-go's 30 s): by then
+ * the retries are at their slowest and the cache is known to be going stale (a deleted CRD,
+ * revoked RBAC, an apiserver gone for good). It is also the tolerance kubelet gives a failing
+ * probe by default (failureThreshold 3 × periodSeconds 10 s). Shorter outages — an apiserver
+ * restart or upgrade, a dropped connection — keep the replica ready while the cache catches up.
+ */
+export const INFORMER_FAILING_NOT_READY_MS = 30_000;
+
+/** What {@link informerCheck} reads of an informer's reflector. */
+export interface InformerStatus {
+  /** The first list (or WatchList initial events) has been applied. */
+  readonly hasSynced: boolean;
+  /** The last list or watch failure, while retrying. */
+  readonly lastError?: string;
+  /** Clock time (ms) of the first failed attempt since the last success; undefined if healthy. */
+  readonly failingSinceMs?: number;
+  /** Failed attempts since the last success. */
+  readonly failedAttempts: number;
+  /** The reflector's state, named in the message while not synced. */
+  readonly state: { phase: string };
+}
+
+/**
+ * The readiness check of one informer: not ready until it has synced; once synced, not ready
+ * while it has been failing to list or watch for `failingForMs` or longer (default
+ * {@link INFORMER_FAILING_NOT_READY_MS}), naming how long, how many attempts and the last error;
+ * ready again at the first success. `now` is the same clock the reflector runs on.
+ */
+export function informerCheck(
+  r: InformerStatus,
+  now: () => number,
+  failingForMs: number = INFORMER_FAILING_NOT_READY_MS,
+): Check {
+  return () => {
+    if (!r.hasSynced) return `not synced (${r.lastError ?? r.state.phase})`;
+    const since = r.failingSinceMs;
+    if (since === undefined) return undefined;
+    const failingMs = now() - since;
+    if (failingMs < failingForMs) return undefined;
+    return `list/watch failing for ${Math.round(failingMs / 1000)} s (${r.failedAttempts} ` +
+      `attempts): ${r.lastError ?? "unknown error"}`;
+  };
+}
+
 /** Serves a set of routes until `signal` aborts. Returns the bound port. */
 export function serveRoutes(
   addr: BindAddress,

@@ -6,7 +6,9 @@
  * - Informers start at once on every replica (a standby keeps a warm cache, so failover does not
  *   wait for a relist); `/readyz` is OK once every informer has synced. A missing CRD or a
  *   forbidden list keeps the replica not ready while the reflector retries with capped backoff
- *   (S11); it recovers by itself.
+ *   (S11); it recovers by itself. A synced informer that then fails to list/watch for 30 s
+ *   (`INFORMER_FAILING_NOT_READY_MS` in health.ts: a CRD deleted at runtime, RBAC revoked) makes
+ *   the replica not ready again, naming the informer and its last error, until its first success.
  * - The controller's workers run only while this replica holds the Lease (or always, without
  *   `leaderElect`). A lost Lease fences the controller at once (in-flight writes aborted) and
  *   {@link Manager.run} resolves with exit code 1.
@@ -23,9 +25,10 @@ import { appServiceReconciler } from "../appservice/reconcile.ts";
 import { MANAGED_SELECTOR } from "../appservice/pods.ts";
 import { APPSERVICES, GROUP, KIND } from "../appservice/api.ts";
 import type { AppService } from "../appservice/schema.ts";
+import { realClock } from "./clock.ts";
 import { Controller } from "./controller.ts";
 import { EventRecorder } from "./events.ts";
-import { checksHandler, parseBindAddress, serveRoutes } from "./health.ts";
+import { checksHandler, informerCheck, parseBindAddress, serveRoutes } from "./health.ts";
 import { LeaderElector } from "./leader.ts";
 import { errorText, log } from "./log.ts";
 import type { Metrics } from "./metrics.ts";
@@ -223,10 +226,7 @@ export class Manager {
           lease: () => fenced ? "lost the Lease" : undefined,
         }),
         "/readyz": checksHandler(Object.fromEntries(
-          reflectors.map((r, i) => [
-            `informer-${names[i]}`,
-            () => r.hasSynced ? undefined : `not synced (${r.lastError ?? r.state.phase})`,
-          ]),
+          reflectors.map((r, i) => [`informer-${names[i]}`, informerCheck(r, realClock.now)]),
         )),
       }, servers.signal);
       this.ports.health = s.port;

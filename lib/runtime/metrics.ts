@@ -7,6 +7,36 @@
  */
 import client from "prom-client";
 
+/**
+ * Process metrics prom-client reads from `/proc/self` (Linux only): `status` (VmSize, VmData),
+ * `fd` and `limits`. Deno opens `/proc` only with `--allow-all` — `--allow-read` is not enough —
+ * so under `deno task start`'s permissions (the binary's and the image's too) they cannot be
+ * read, and prom-client would export 0 forever. Where `/proc/self` cannot be read they are not
+ * exported at all: an absent series is honest, a 0 is a lie. (`process_max_fds` is already left
+ * out by prom-client itself then; `process_resident_memory_bytes` comes from Deno.memoryUsage.)
+ */
+export const PROC_SELF_METRICS = [
+  "process_virtual_memory_bytes",
+  "process_heap_bytes",
+  "process_open_fds",
+  "process_max_fds",
+] as const;
+
+/** True when this process may read `/proc/self/status` and list `/proc/self/fd`. */
+function procSelfReadable(): boolean {
+  // Ask first: without read permission at all, a read would prompt on a terminal.
+  if (Deno.permissions.querySync({ name: "read", path: "/proc/self" }).state !== "granted") {
+    return false;
+  }
+  try {
+    Deno.readTextFileSync("/proc/self/status");
+    for (const _ of Deno.readDirSync("/proc/self/fd")) break;
+    return true;
+  } catch {
+    return false; // NotCapable without --allow-all; no /proc off Linux
+  }
+}
+
 /** All metrics of one process, on their own registry. */
 export class Metrics {
   /** The registry served on `/metrics`. */
@@ -177,6 +207,9 @@ export class Metrics {
       registers,
     });
     client.collectDefaultMetrics({ register: this.registry });
+    if (!procSelfReadable()) {
+      for (const name of PROC_SELF_METRICS) this.registry.removeSingleMetric(name);
+    }
     // prom-client reads process_resident_memory_bytes from /proc/self/status, which Deno opens
     // only with --allow-all (not granted by `deno task start`): it would always read 0. Deno's
     // own memoryUsage().rss needs no permission; the original collect still runs first, so the

@@ -18,10 +18,18 @@
  *   a stalled connection never leaves the cache deaf.
  * - Every watch, after whatever failure, resumes from the resourceVersion of the last event it
  *   applied (bookmarks included), so no event is applied twice.
+ * - WatchList (`useWatchList`): once the initial events are applied (the `initial-events-end`
+ *   bookmark), the stream is an ordinary watch, and a failure of it is one: it resumes with a
+ *   plain watch from the last applied resourceVersion, not with new initial events (client-go's
+ *   reflector, once synced, watches from `lastSyncResourceVersion` without `sendInitialEvents`).
+ *   Only a 410 Gone, or a failure before the initial events are complete, syncs again.
  * - A stream that ends within {@link VERY_SHORT_WATCH_MS} without any event counts as a failure
  *   (backoff), so a server or proxy that closes streams at once causes no reconnect burst.
  * - Failures back off 800 ms doubling to 30 s with full jitter, reset after 2 min of health, and
  *   at most one watch per reflector is open at any time.
+ * - {@link Reflector.failingSinceMs} is when the current run of failed attempts began; a list
+ *   applied, a watch event (bookmarks included) or a watch open for {@link VERY_SHORT_WATCH_MS}
+ *   ends the run. Readiness uses it to tell a stale cache from a blip.
  *
  * @module
  */
@@ -106,6 +114,8 @@ export class Reflector<T extends KubeObject> {
   #watchListUnsupported = false;
   #openWatches = 0;
   #lastError?: string;
+  #failingSinceMs?: number;
+  #failedAttempts = 0;
   /**
    * resourceVersion of the last event (bookmarks included) the current or last plain watch
    * applied. A watch that fails (idle, network, 5xx) resumes from here, not from where it began:
@@ -126,9 +136,23 @@ export class Reflector<T extends KubeObject> {
     return this.#state;
   }
 
-  /** The last list or watch failure (kept while retrying), for readiness messages. */
+  /** The last list or watch failure (kept while retrying, cleared on success), for readiness. */
   get lastError(): string | undefined {
     return this.#lastError;
+  }
+
+  /**
+   * Clock time (ms) of the first failed list or watch attempt since the last success (a list
+   * applied, a watch event, or a watch open for {@link VERY_SHORT_WATCH_MS}); undefined while
+   * healthy. A 410 relist and an idle reconnect are not failures.
+   */
+  get failingSinceMs(): number | undefined {
+    return this.#failingSinceMs;
+  }
+
+  /** Failed list or watch attempts since the last success (0 while healthy). */
+  get failedAttempts(): number {
+    return this.#failedAttempts;
   }
 
   /** True once the first list (or WatchList initial events) has been applied to the store. */
@@ -153,6 +177,12 @@ export class Reflector<T extends KubeObject> {
     } catch { /* reporting must not break the loop */ }
   }
 
+  #succeeded(): void {
+    this.#failingSinceMs = undefined;
+    this.#failedAttempts = 0;
+    this.#lastError = undefined;
+  }
+
   #markSynced(): void {
     if (this.#synced) return;
     this.#synced = true;
@@ -170,6 +200,7 @@ export class Reflector<T extends KubeObject> {
       signal,
     });
     const diff = o.store.replace(res.items);
+    this.#succeeded();
     this.#markSynced();
     this.#emit({
       type: "listed",
@@ -190,13 +221,15 @@ export class Reflector<T extends KubeObject> {
   /**
    * Streams one watch into the store. With `initial`, the stream is a WatchList: ADDED events up
    * to the bookmark annotated `k8s.io/initial-events-end` are collected and applied with
-   * `store.replace`. Returns the last resourceVersion seen and how many events came.
+   * `store.replace`; from there on it is an ordinary watch, and `#watchRv` follows it. Returns
+   * the last resourceVersion seen, how many events came and whether the initial events (if any)
+   * were complete.
    */
   async #watch(
     rv: string,
     signal: AbortSignal,
     initial: boolean,
-  ): Promise<{ rv: string; events: number }> {
+  ): Promise<{ rv: string; events: number; synced: boolean }> {
     const o = this.#o;
     this.#state = { phase: "watching", resourceVersion: rv };
     if (!initial) this.#emit({ type: "watchStarted", resourceVersion: rv });
@@ -204,9 +237,11 @@ export class Reflector<T extends KubeObject> {
     // WatchList: ADDED events are collected until the initial-events-end bookmark; after it the
     // stream is an ordinary watch and events go straight to the store (collected = undefined).
     let collected: T[] | undefined = initial ? [] : undefined;
-    if (!initial) this.#watchRv = rv;
+    this.#watchRv = initial ? "" : rv;
     if (this.#openWatches > 0) throw new Error("reflector: a watch is already open");
     this.#openWatches++;
+    // A stream that has not failed for this long is healthy, even before its first event.
+    const openTimer = this.#clock.setTimer(() => this.#succeeded(), VERY_SHORT_WATCH_MS);
     try {
       for await (
         const ev of o.client.watch<T>(o.resource, {
@@ -223,6 +258,7 @@ export class Reflector<T extends KubeObject> {
         })
       ) {
         events++;
+        if (this.#failingSinceMs !== undefined) this.#succeeded();
         const obj = ev.object as T;
         const newRv = obj.metadata?.resourceVersion;
         switch (ev.type) {
@@ -259,13 +295,14 @@ export class Reflector<T extends KubeObject> {
         if (newRv) {
           rv = newRv;
           this.#state = { phase: "watching", resourceVersion: rv };
-          if (!initial) this.#watchRv = rv;
+          if (!collected) this.#watchRv = rv;
         }
       }
     } finally {
+      this.#clock.clearTimer(openTimer);
       this.#openWatches--;
     }
-    return { rv, events };
+    return { rv, events, synced: !collected };
   }
 
   /**
@@ -290,12 +327,24 @@ export class Reflector<T extends KubeObject> {
           if (this.#o.useWatchList && !this.#watchListUnsupported) {
             try {
               const r = await this.#watch("", signal, true);
+              if (!r.synced) {
+                throw new Error(
+                  "the WatchList stream ended before the initial events were complete",
+                );
+              }
               rv = r.rv;
               needList = false;
               goneInARow = 0;
               continue;
             } catch (err) {
               if (signal.aborted) break;
+              if (this.#watchRv) {
+                // Synced: the stream failed as the ordinary watch it had become, and is resumed
+                // as one from #watchRv (below); a 410 still syncs again.
+                needList = false;
+                phase = "watch";
+                throw err;
+              }
               // An apiserver without WatchList answers 4xx; use a plain list from now on.
               const code = (err as { code?: number }).code;
               if (code !== undefined && code >= 400 && code < 500 && !isGone(err)) {
@@ -338,6 +387,8 @@ export class Reflector<T extends KubeObject> {
         }
         const delayMs = backoff.next();
         this.#lastError = String((err as Error)?.message ?? err);
+        this.#failingSinceMs ??= this.#clock.now();
+        this.#failedAttempts++;
         this.#state = { phase: "backoff", delayMs, error: this.#lastError };
         this.#emit({ type: "error", phase, error: err, retryInMs: delayMs });
         try {

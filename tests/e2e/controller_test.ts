@@ -2,7 +2,8 @@
  * The controller runtime end to end (issue 4): a reconcile that fails is retried with growing
  * delay and the process stays up; the operator started before its CRD exists, or without
  * permission to list, is not ready, retries with capped backoff and recovers by itself (S11);
- * the metrics endpoint serves controller-runtime's metric names.
+ * a CRD deleted at runtime makes it not ready until it is back; the metrics endpoint serves
+ * controller-runtime's metric names.
  */
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
@@ -267,6 +268,44 @@ Deno.test("controller S11: started before the CRD exists, not ready, retries, re
     await op?.stop("SIGKILL", 10_000);
     await installCrd();
     await dropNamespace(ns);
+  }
+});
+
+Deno.test("controller: the CRD deleted at runtime — /readyz names the failing informer, ready again once re-created", async () => {
+  await installCrd();
+  let op: Operator | undefined;
+  try {
+    op = await startOperator();
+    await op.waitReady();
+    await removeCrd();
+    // The AppService informer was synced; it keeps failing (404) and, past the bound
+    // (INFORMER_FAILING_NOT_READY_MS, 30 s), readiness says so. Pods and Services stay fine.
+    const notReady = await waitFor(
+      "/readyz not ready after the CRD was deleted",
+      async () => {
+        const r = await readyz(op!);
+        return r.status === 500 ? r : undefined;
+      },
+      120_000,
+      500,
+    );
+    assert(
+      /\[-\]informer-appservices failed: list\/watch failing for \d+ s \(\d+ attempts\): .*(404|NotFound|not found)/i
+        .test(notReady.body),
+      notReady.body,
+    );
+    assert(!/informer-pods|informer-services/.test(notReady.body), notReady.body);
+    assert(logsOf(op, "Watch failed").some((l) => l.properties?.resource === "appservices"));
+    assert(await isRunning(op));
+
+    // The CRD is back: the next attempt (at most one capped backoff away) succeeds; ready again.
+    await installCrd();
+    await op.waitReady(120_000);
+    assertEquals((await readyz(op)).body, "ok\n");
+    assertEquals(await op.stop(), 0);
+  } finally {
+    await op?.stop("SIGKILL", 10_000);
+    await installCrd();
   }
 });
 

@@ -2,9 +2,10 @@
  * The reflector and store against the local control plane, with faults put in the way: paging,
  * 410 Gone after a long cut and an etcd compaction (S1, S3), an apiserver restart mid-watch (S2),
  * a stalled stream (a proxy that stops forwarding without closing), re-established watches with
- * nothing changed (S4), WatchList, and a list without permission (S11). Counts come from the
- * reflector's events and store handlers, and, where the claim is about the wire, from the
- * apiserver's audit log (each client has its own User-Agent).
+ * nothing changed (S4), WatchList (and its resumption as a plain watch after a cut once synced),
+ * and a list without permission (S11). Counts come from the reflector's events and store
+ * handlers, and, where the claim is about the wire, from the apiserver's audit log (each client
+ * has its own User-Agent).
  *
  * Every client that a fault is put in front of connects through {@link TcpProxy} on 127.0.0.1;
  * every wait is bounded; each test stops what it started (reflectors, clients, proxies).
@@ -634,6 +635,130 @@ Deno.test("watch: WatchList (sendInitialEvents) — initial state as events, the
     });
   } finally {
     await r?.stop();
+    await dropNamespace(ns);
+  }
+});
+
+Deno.test("watch: WatchList — a cut after the initial events resumes a plain watch from the last resourceVersion; 410 re-syncs", async (t) => {
+  const info = await cluster();
+  const c = await admin();
+  const ns = await newNamespace("wl-cut");
+  const proxy = TcpProxy.start(info.server);
+  const ua = agent("wl-cut");
+  let r: Running<ConfigMap> | undefined;
+  try {
+    await createConfigMaps(ns, range(10).map(cmName));
+    r = startReflector<ConfigMap>(clientFor(await adminConfig(), ua, proxy), {
+      resource: CONFIGMAPS,
+      namespace: ns,
+      labelSelector: SELECTOR,
+      useWatchList: true,
+    });
+    const ref = r;
+
+    await t.step(
+      "synced from the initial events; a change arrives on the same stream",
+      async () => {
+        await waitFor("synced", () => ref.reflector.hasSynced, 30_000);
+        assertEquals(ref.of("listed").map((l) => l.pages), [0], "fell back to a list");
+        await c.patch(CONFIGMAPS, cmName(0), { data: { v: "1" } }, { namespace: ns });
+        await waitFor("update of cm-0", () => ref.store.get(`${ns}/${cmName(0)}`)?.data?.v === "1");
+        assertEquals(ref.of("watchStarted").length, 0, "the WatchList stream was replaced");
+      },
+    );
+
+    // The last resourceVersion the reflector applied, read in the same turn as the cut.
+    let rvAtCut = "";
+    let cutAt = 0;
+    const callsBefore = r.calls.length;
+    const errorsBefore = r.of("error").length;
+    await t.step("cut once synced; changes while cut; resume", async () => {
+      const st = ref.reflector.state;
+      assert(st.phase === "watching", `state ${JSON.stringify(st)}`);
+      rvAtCut = st.resourceVersion;
+      cutAt = Date.now();
+      proxy.cut();
+      await waitFor(
+        "a failed attempt after the cut",
+        () => ref.of("error").length > errorsBefore && ref.reflector.openWatches === 0,
+        30_000,
+      );
+      await c.patch(CONFIGMAPS, cmName(1), { data: { v: "1" } }, { namespace: ns });
+      await c.create(CONFIGMAPS, configMap(ns, cmName(100), { v: "new" }));
+      await c.delete(CONFIGMAPS, cmName(2), { namespace: ns });
+      proxy.resume();
+      await waitConverged(ref, CONFIGMAPS, ns, 60_000);
+    });
+
+    await t.step("the reflector resumed as a watch: no new initial events, no list", () => {
+      const errors = ref.of("error").slice(errorsBefore);
+      assert(errors.length >= 1);
+      assertEquals(errors.map((e) => e.phase), errors.map(() => "watch"), "failed as a list");
+      const starts = ref.of("watchStarted");
+      assert(starts.length >= 1, "no plain watch after the cut");
+      for (const s of starts) assertEquals(s.resourceVersion, rvAtCut);
+      assertEquals(ref.of("listed").length, 1, "synced again");
+      assertEquals(ref.of("relist").length, 0);
+      // Exactly the three changes made while cut, each once: nothing replayed.
+      const after = ref.calls.slice(callsBefore);
+      assertEquals(after.map((x) => `${x.type} ${x.key}`).sort(), [
+        `add ${ns}/${cmName(100)}`,
+        `delete ${ns}/${cmName(2)}`,
+        `update ${ns}/${cmName(1)}`,
+      ]);
+    });
+
+    await t.step(
+      "the apiserver saw only plain watches from that resourceVersion since the cut",
+      async () => {
+        const watches = await waitFor("a watch since the cut in the audit log", async () => {
+          const a = await audit(ua, "watch", cutAt);
+          return a.uris.length >= 1 && a.uris;
+        }, 10_000);
+        for (const uri of watches) {
+          assert(!uri.includes("sendInitialEvents"), `initial events asked again: ${uri}`);
+          assert(new RegExp(`[?&]resourceVersion=${rvAtCut}(&|$)`).test(uri), uri);
+        }
+        assertEquals((await audit(ua, "list", cutAt)).uris, [], "listed after the cut");
+      },
+    );
+
+    const callsBeforeGone = r.calls.length;
+    let goneAt = 0;
+    await t.step(
+      "410 after a cut, changes and compaction: synced again with initial events",
+      async () => {
+        goneAt = Date.now();
+        proxy.cut();
+        await waitFor("watch noticed the cut", () => ref.reflector.openWatches === 0, 30_000);
+        await c.patch(CONFIGMAPS, cmName(3), { data: { v: "1" } }, { namespace: ns });
+        await c.delete(CONFIGMAPS, cmName(4), { namespace: ns });
+        await compactEtcd(info);
+        // Without its watch cache the apiserver can answer only from etcd, compacted: 410.
+        await restartApiserver(info);
+        proxy.resume();
+        await waitConverged(ref, CONFIGMAPS, ns, 90_000);
+        await waitFor("watching again", () => ref.reflector.openWatches === 1, 60_000);
+        const relists = ref.of("relist");
+        assertEquals(relists.length, 1, JSON.stringify(relists));
+        const listed = ref.of("listed");
+        assertEquals(listed.length, 2, JSON.stringify(listed));
+        assertEquals(listed[1].pages, 0, "re-synced with a list, not initial events");
+        assertEquals(
+          { added: listed[1].added, updated: listed[1].updated, deleted: listed[1].deleted },
+          { added: 0, updated: 1, deleted: 1 },
+        );
+        assertEquals(ref.calls.length - callsBeforeGone, 2);
+        const resync = (await audit(ua, "watch", goneAt)).uris.filter((u) =>
+          u.includes("sendInitialEvents=true")
+        );
+        assertEquals(resync.length, 1, resync.join("\n"));
+        assertEquals((await audit(ua, "list", goneAt)).uris, [], "listed instead of WatchList");
+      },
+    );
+  } finally {
+    await r?.stop();
+    await proxy.close();
     await dropNamespace(ns);
   }
 });
