@@ -17,7 +17,7 @@ import { CredentialProvider } from "./credentials.ts";
 import { ApiError, type Status } from "./errors.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
 import { sleep, TokenBucket } from "./throttle.ts";
-import { decodeWatchStream, type ObjectWatchEvent, WatchIdleError } from "./watch.ts";
+import { decodeWatchBatches, type ObjectWatchEvent, WatchIdleError } from "./watch.ts";
 
 /** Any Kubernetes object. */
 export interface KubeObject {
@@ -408,16 +408,34 @@ export class KubeClient {
    * Opens a watch and yields its events until the server ends the stream (normal at
    * `timeoutSeconds`). ERROR frames are thrown as ApiError (410: relist); a silent stream past
    * `idleTimeoutMs` throws WatchIdleError. Breaking out of the loop closes the connection.
+   * {@link watchBatches} flattened; see there.
+   */
+  async *watch<T extends KubeObject>(
+    rt: ResourceType,
+    o: WatchOptions = {},
+  ): AsyncGenerator<ObjectWatchEvent<T>> {
+    for await (const batch of this.watchBatches<T>(rt, o)) {
+      for (const ev of batch) yield ev;
+    }
+  }
+
+  /**
+   * Opens a watch and yields its events in batches (every frame of one chunk of the body, in
+   * order; see {@link decodeWatchBatches}) until the server ends the stream (normal at
+   * `timeoutSeconds`). ERROR frames are thrown as ApiError (410: relist) after the events before
+   * them; a silent stream past `idleTimeoutMs` throws WatchIdleError. Breaking out of the loop
+   * closes the connection. Bulk consumers (the reflector) use this to pay one async step per
+   * chunk instead of one per event.
    *
    * The idle bound also covers the wait for the response headers (a request sent into a stalled
    * connection otherwise waits forever: watches have no request timeout), and a WatchIdleError
    * drops the pooled connections ({@link CredentialProvider.resetConnections}) so that the next
    * watch does not go into the same stalled HTTP/2 connection.
    */
-  async *watch<T extends KubeObject>(
+  async *watchBatches<T extends KubeObject>(
     rt: ResourceType,
     o: WatchOptions = {},
-  ): AsyncGenerator<ObjectWatchEvent<T>> {
+  ): AsyncGenerator<ObjectWatchEvent<T>[]> {
     const ctl = new AbortController();
     const onAbort = () => ctl.abort(o.signal?.reason);
     o.signal?.addEventListener("abort", onAbort, { once: true });
@@ -444,7 +462,7 @@ export class KubeClient {
       });
       clearTimeout(headersTimer);
       if (!resp.body) return;
-      yield* decodeWatchStream<T>(resp.body, idleMs, () => ctl.abort());
+      yield* decodeWatchBatches<T>(resp.body, idleMs, () => ctl.abort());
     } catch (err) {
       if (o.signal?.aborted) throw o.signal.reason;
       if (err instanceof WatchIdleError) this.#creds.resetConnections();

@@ -215,7 +215,7 @@ const agent = (what: string) => `watch-e2e-${what}-${crypto.randomUUID().slice(0
 // ---------------------------------------------------------------------------------------------
 // Tests
 
-Deno.test("watch: paging — 1,200 ConfigMaps listed in 3 pages of 500, each seen once", async (t) => {
+Deno.test("watch: paging — 1,200 ConfigMaps listed in 3 pages of 500 (consistent) or whole from the cache (resourceVersion=0), each seen once", async (t) => {
   const ns = await newNamespace("paging");
   const running: Running<ConfigMap>[] = [];
   const listAgent = agent("paging");
@@ -230,6 +230,9 @@ Deno.test("watch: paging — 1,200 ConfigMaps listed in 3 pages of 500, each see
         namespace: ns,
         labelSelector: SELECTOR,
         pageSize: 500,
+        // A consistent list is paged; the default first list (resourceVersion=0) comes whole
+        // from the watch cache (next steps).
+        consistentInitialList: true,
       });
       running.push(r);
       await waitFor("synced", () => r.reflector.hasSynced, 60_000);
@@ -255,6 +258,35 @@ Deno.test("watch: paging — 1,200 ConfigMaps listed in 3 pages of 500, each see
         assertEquals(lists.length, 3, lists.join("\n"));
         assert(lists.every((u) => u.includes("limit=500")), lists.join("\n"));
         assertEquals(lists.filter((u) => u.includes("continue=")).length, 2, lists.join("\n"));
+        assert(lists.every((u) => !u.includes("resourceVersion=")), lists.join("\n"));
+      },
+    );
+
+    const cacheAgent = agent("paging-cache");
+    await t.step(
+      "default first list: resourceVersion=0, served whole from the watch cache, same content",
+      async () => {
+        const r = startReflector<ConfigMap>(clientFor(await adminConfig(), cacheAgent), {
+          resource: CONFIGMAPS,
+          namespace: ns,
+          labelSelector: SELECTOR,
+          pageSize: 500,
+        });
+        running.push(r);
+        await waitFor("synced", () => r.reflector.hasSynced, 60_000);
+        const listed = r.of("listed");
+        assertEquals(listed.length, 1);
+        assertEquals(listed[0].pages, 1, "the watch cache pages a resourceVersion=0 list");
+        assertEquals(listed[0].items, 1200);
+        assertEquals(count(r.calls, "add"), 1200);
+        assertEquals(stateDiff(await serverState(CONFIGMAPS, ns), storeState(r.store)), "");
+        const lists = await waitFor("1 list in the audit log", async () => {
+          const a = await audit(cacheAgent, "list", 0);
+          return a.uris.length >= 1 && a.uris;
+        }, 10_000);
+        assertEquals(lists.length, 1, lists.join("\n"));
+        assert(lists[0].includes("resourceVersion=0"), lists[0]);
+        assert(lists[0].includes("limit=500"), lists[0]);
       },
     );
   } finally {

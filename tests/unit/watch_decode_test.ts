@@ -5,7 +5,12 @@
  * once, fails midway, or is a WatchList.
  */
 import { assert, assertEquals, assertRejects } from "../assert.ts";
-import { decodeWatchStream, type ObjectWatchEvent, WatchIdleError } from "../../lib/kube/watch.ts";
+import {
+  decodeWatchBatches,
+  decodeWatchStream,
+  type ObjectWatchEvent,
+  WatchIdleError,
+} from "../../lib/kube/watch.ts";
 import { ApiError, isGone } from "../../lib/kube/errors.ts";
 import type { KubeClient } from "../../lib/kube/client.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
@@ -161,6 +166,56 @@ Deno.test("watch decode: a consumer that stops early releases the body", async (
   assert(b.cancelled, "the body was not released");
 });
 
+Deno.test("watch decode: batches hold the complete frames of each chunk, in order, never empty", async () => {
+  const b = body();
+  const f = [frame("ADDED", "a", "1"), frame("MODIFIED", "a", "2"), frame("ADDED", "b", "3")];
+  // Chunk 1: two frames and a blank line; chunk 2: a blank line and the start of the third frame
+  // (no complete frame: no batch); chunk 3: the rest of it.
+  b.push(f[0] + f[1] + "\n");
+  b.push("\r\n" + f[2].slice(0, 10));
+  b.push(f[2].slice(10));
+  b.close();
+  const batches: string[][] = [];
+  for await (const batch of decodeWatchBatches<Obj>(b.stream, 0, () => {})) {
+    batches.push(
+      batch.map((e) => `${e.type} ${e.object.metadata.name} ${e.object.metadata.resourceVersion}`),
+    );
+  }
+  assertEquals(batches, [["ADDED a 1", "MODIFIED a 2"], ["ADDED b 3"]]);
+});
+
+Deno.test("watch decode: an ERROR frame in the middle of a chunk yields the frames before it first", async () => {
+  const b = body();
+  const gone = JSON.stringify({ type: "ERROR", object: { code: 410, reason: "Expired" } }) + "\n";
+  b.push(frame("ADDED", "a", "1") + frame("ADDED", "b", "2") + gone + frame("ADDED", "c", "3"));
+  const batches: string[][] = [];
+  const err = await assertRejects(async () => {
+    for await (const batch of decodeWatchBatches<Obj>(b.stream, 0, () => {})) {
+      batches.push(batch.map((e) => e.object.metadata.name!));
+    }
+  });
+  assert(isGone(err), `not a 410: ${err}`);
+  assertEquals(batches, [["a", "b"]]);
+  assert(b.cancelled, "the body was not released after the error");
+});
+
+Deno.test("watch decode: a frame that never ends is bounded (MAX_WATCH_FRAME_CHARS)", async () => {
+  const b = body();
+  const mib = "x".repeat(1024 * 1024);
+  const feeder = (async () => {
+    // At most 80 pushes; the decoder gives up after 64 MiB without a newline.
+    for (let i = 0; i < 80 && !b.cancelled; i++) {
+      b.push(mib);
+      await new Promise((r) => setTimeout(r, 0));
+    }
+  })();
+  await assertRejects(async () => {
+    for await (const _ of decodeWatchBatches<Obj>(b.stream, 0, () => {})) { /* none */ }
+  }, /longer than 67108864 characters/);
+  await feeder;
+  assert(b.cancelled, "the body was not released");
+});
+
 // ---------------------------------------------------------------------------------------------
 // The reflector over decoded streams: a client whose watch() yields what the test scripts.
 
@@ -182,10 +237,10 @@ class ScriptedClient {
     return Promise.resolve({ items: this.listed, resourceVersion: this.listRv, pages: 1 });
   }
 
-  async *watch(
+  async *watchBatches(
     _rt: unknown,
     o: { resourceVersion?: string; sendInitialEvents?: boolean; signal?: AbortSignal },
-  ): AsyncGenerator<ObjectWatchEvent<Obj>> {
+  ): AsyncGenerator<ObjectWatchEvent<Obj>[]> {
     this.watchCalls.push({
       resourceVersion: o.resourceVersion,
       sendInitialEvents: o.sendInitialEvents,
@@ -200,7 +255,7 @@ class ScriptedClient {
     const onAbort = () => b.close();
     o.signal?.addEventListener("abort", onAbort, { once: true });
     try {
-      yield* decodeWatchStream<Obj>(b.stream, 0, () => {});
+      yield* decodeWatchBatches<Obj>(b.stream, 0, () => {});
     } finally {
       o.signal?.removeEventListener("abort", onAbort);
     }
