@@ -5,10 +5,11 @@
  *
  * 1. On the local control plane: create the ConfigMaps, list them (resourceVersion R), watch
  *    from R while updating each one once, and record the list and the watch events.
- * 2. Replay: a loopback HTTP server serves that list and that watch stream as fast as the client
- *    reads (bench/lib/replay.ts), so "events decoded and applied per second" is the client's
- *    speed, not the apiserver's. Each side runs in its own process with `--expose-gc`:
- *    objects/s of the initial list, watch events/s, heap bytes per cached object after GC.
+ * 2. Replay: a loopback HTTPS server on the apiserver's own HTTP stack (bench/replay, Go
+ *    net/http, started by bench/lib/replay.ts) serves that list and that watch stream as fast as
+ *    the client reads, so "events decoded and applied per second" is the client's speed, not the
+ *    apiserver's. Each side runs in its own process with `--expose-gc`: objects/s of the initial
+ *    list, watch events/s, heap bytes per cached object after GC.
  * 3. Live: each side lists the same ConfigMaps from the real apiserver (TLS, client
  *    certificate): seconds to synced and heap per object.
  *
@@ -31,6 +32,7 @@ import {
 import { REPO } from "../tests/e2e/harness.ts";
 import { benchClient, createNamespace, pool } from "./lib/kube.ts";
 import {
+  buildReplayServer,
   makeServingCert,
   type Recording,
   replayKubeconfig,
@@ -290,10 +292,24 @@ function summarize(m: ModeResult, side: string) {
   };
 }
 
+/** " Requests replayed: …" from the replay server's counts ("" without them). */
+function replayProtocols(c: Record<string, number> | undefined): string {
+  if (!c) return "";
+  return ` Requests replayed: ${c.list} lists and ${c.watch} watches, ${c.http2} over HTTP/2 and ` +
+    `${c.http1} over HTTP/1.1 (both clients offer h2: Deno fetch, and undici in client-node).`;
+}
+
 function markdown(
   o: WatchOptions,
   modes: ModeResult[],
-  meta: { command: string; startedAt: string; machine: string; recorded: number },
+  meta: {
+    command: string;
+    startedAt: string;
+    machine: string;
+    recorded: number;
+    /** Requests the replay server served, by kind and protocol. */
+    replayCounts?: Record<string, number>;
+  },
 ): string {
   const rows: (string | number)[][] = [];
   for (const m of modes) {
@@ -350,9 +366,11 @@ function markdown(
       rows,
     ),
     "",
-    "- replay: the recorded list and watch stream served by a loopback HTTPS server " +
-    "(bench/lib/replay.ts, TLS with a certificate of the cluster CA) as fast as the client reads, so the rates are the client's own " +
-    "decode-and-apply speed; live: the initial list from the real apiserver over TLS.",
+    "- replay: the recorded list and watch stream served by a loopback HTTPS server on " +
+    "kube-apiserver's own HTTP stack (bench/replay: Go net/http + crypto/tls, HTTP/2 when the " +
+    "client offers it by ALPN; TLS with a certificate of the cluster CA) as fast as the client " +
+    "reads, so the rates are the client's own decode-and-apply speed; live: the initial list " +
+    "from the real apiserver over TLS." + replayProtocols(meta.replayCounts),
     "- Heap: `Deno.memoryUsage().heapUsed` after forced GC with everything cached, minus the " +
     "same before the informer started, divided by the objects cached. The last column (ours " +
     "with `keepManagedFields: true`) shows how much of the difference is the dropped " +
@@ -386,17 +404,21 @@ async function main(): Promise<number> {
   }
   const modes: ModeResult[] = [];
   let recorded = 0;
+  let replayCounts: Record<string, number> | undefined;
   try {
     const rec = await loadOrRecord(info, o);
     recorded = rec.events.length;
     if (o.modes.has("replay")) {
-      const tls = await makeServingCert(
-        info.caCertFile,
-        info.caKeyFile,
-        join(o.resultsDir, "replay"),
-      );
-      const server = startReplayServer(rec, tls);
-      const kc = join(o.resultsDir, "replay", "kubeconfig");
+      const dir = join(o.resultsDir, "replay");
+      const tls = await makeServingCert(info.caCertFile, info.caKeyFile, dir);
+      log("building the replay server (go build in bench/replay)");
+      const binary = await buildReplayServer(cacheDir());
+      // The server reads the recording from a file: the saved one, or this run's.
+      const recordingFile = o.recording ?? join(dir, "recording.json");
+      if (!o.recording) await Deno.writeTextFile(recordingFile, JSON.stringify(rec));
+      const server = await startReplayServer({ binary, recordingFile, tls });
+      log("replay server", { url: server.url });
+      const kc = join(dir, "kubeconfig");
       await Deno.writeTextFile(kc, replayKubeconfig(server.url, tls.caPem));
       const m: ModeResult = { mode: "replay", runs: {} };
       try {
@@ -416,6 +438,8 @@ async function main(): Promise<number> {
         }
       } finally {
         await server.close();
+        replayCounts = server.counts;
+        log("replay server requests", replayCounts);
       }
       modes.push(m);
     }
@@ -443,7 +467,14 @@ async function main(): Promise<number> {
     }
   }
   const command = ["deno task bench:watch", ...Deno.args].join(" ");
-  const results = { startedAt, command, machine, options: { ...o, modes: [...o.modes] }, modes };
+  const results = {
+    startedAt,
+    command,
+    machine,
+    options: { ...o, modes: [...o.modes] },
+    modes,
+    replayCounts,
+  };
   const stamp = startedAt.replace(/[:.]/g, "-");
   await Deno.writeTextFile(
     join(o.resultsDir, `watch-${stamp}.json`),
@@ -453,7 +484,7 @@ async function main(): Promise<number> {
     join(o.resultsDir, "watch-latest.json"),
     JSON.stringify(results, null, 2),
   );
-  const md = markdown(o, modes, { command, startedAt, machine, recorded });
+  const md = markdown(o, modes, { command, startedAt, machine, recorded, replayCounts });
   console.log(md);
   if (o.markdown) await writeSection("bench:watch", md);
   return 0;

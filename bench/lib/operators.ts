@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { freePort, REPO, startPermissionFlags } from "../../tests/e2e/harness.ts";
 import { type ProcSample, procSample } from "./proc.ts";
 
@@ -66,25 +66,33 @@ export function peerBinary(cacheDir: string): string {
 }
 
 /**
- * Builds the peer (`go build` in bench/peer) into the cache. Uses `$GO`, else `go` on PATH, else
- * /usr/local/go/bin/go. @throws Error with the compiler output on failure.
+ * Builds the peer (`go build` in bench/peer) into the cache with {@link goBuild}.
+ * @throws Error with the compiler output on failure.
  */
-export async function buildPeer(cacheDir: string): Promise<string> {
-  const out = peerBinary(cacheDir);
-  await Deno.mkdir(join(cacheDir, "bench"), { recursive: true });
+export function buildPeer(cacheDir: string): Promise<string> {
+  return goBuild("peer", peerBinary(cacheDir));
+}
+
+/**
+ * `go build -trimpath -o out .` in bench/`dir` (a Go module of its own); resolves `out`. Uses
+ * `$GO`, else `go` on PATH, else /usr/local/go/bin/go. @throws Error with the compiler output on
+ * failure.
+ */
+export async function goBuild(dir: string, out: string): Promise<string> {
+  await Deno.mkdir(dirname(out), { recursive: true });
   const candidates = [Deno.env.get("GO"), "go", "/usr/local/go/bin/go"].filter(Boolean);
   let lastErr: unknown;
   for (const go of candidates) {
     try {
       const r = await new Deno.Command(go!, {
         args: ["build", "-trimpath", "-o", out, "."],
-        cwd: join(REPO, "bench", "peer"),
+        cwd: join(REPO, "bench", dir),
         stdin: "null",
         stdout: "piped",
         stderr: "piped",
       }).output();
       if (!r.success) {
-        throw new Error(`go build in bench/peer failed:\n${new TextDecoder().decode(r.stderr)}`);
+        throw new Error(`go build in bench/${dir} failed:\n${new TextDecoder().decode(r.stderr)}`);
       }
       return out;
     } catch (err) {

@@ -1,12 +1,20 @@
 /**
- * A replay apiserver for the watch benchmark: serves a recorded ConfigMap list (paged with
- * `limit`/`continue`, or whole) and a recorded watch stream over TLS at 127.0.0.1, so that
- * both clients decode the very same bytes and the apiserver's own speed drops out of the
- * measurement. A watch from the list's resourceVersion gets every recorded event at once, then
- * stays open without sending (as an idle watch does) until the client goes or `timeoutSeconds`.
+ * The replay apiserver of the watch benchmark: bench/replay, a Go program on the
+ * kube-apiserver's own HTTP stack (net/http + crypto/tls: HTTP/2 when the client offers it by
+ * ALPN, HTTP/1.1 otherwise), serves a recorded ConfigMap list (paged with `limit`/`continue`, or
+ * whole) and a recorded watch stream over TLS at 127.0.0.1, so that both clients decode the very
+ * same bytes and the apiserver's own speed drops out of the measurement. A watch from the list's
+ * resourceVersion gets every recorded event at once, then stays open without sending (as an idle
+ * watch does) until the client goes or `timeoutSeconds`. bench/replay/main.go has the details.
+ *
+ * It replaces a `Deno.serve` server, whose HTTP/1.1 held back small responses for ~45 ms (Nagle
+ * and delayed ACK) and whose HTTP/2 differed from the apiserver's: a benchmark of clients should
+ * be served as the apiserver serves them.
  *
  * @module
  */
+import { join } from "node:path";
+import { goBuild } from "./operators.ts";
 
 /** A recording: the list at `listResourceVersion` and the watch events after it. */
 export interface Recording {
@@ -18,24 +26,26 @@ export interface Recording {
   events: { type: string; object: unknown }[];
 }
 
-/** A running replay server. */
+/** A running replay server (a child process). */
 export interface ReplayServer {
+  /** `https://127.0.0.1:<port>`. */
   url: string;
-  /** Requests served, by `list` / `watch` / `other`. */
+  /**
+   * Requests served, by `list` / `watch` / `other` and by protocol (`http1` / `http2`): all 0
+   * until {@link ReplayServer.close}, which fills them in from the server's report as it exits.
+   */
   counts: Record<string, number>;
+  /** Stops the server (closes its stdin; SIGTERM, then SIGKILL, if it lingers) and waits for it. */
   close(): Promise<void>;
 }
 
-/** Longest a replayed watch stays open (ms) when the client asks for no timeout. */
-const MAX_WATCH_MS = 15 * 60_000;
-/** Bytes per chunk of the replayed watch stream. */
-const CHUNK_BYTES = 64 * 1024;
-
-/** A TLS serving certificate and key (PEM), and the CA that signed it. */
+/** A TLS serving certificate and key (PEM, and the files holding them), and the CA that signed it. */
 export interface ServingCert {
   certPem: string;
   keyPem: string;
   caPem: string;
+  certFile: string;
+  keyFile: string;
 }
 
 /**
@@ -98,132 +108,111 @@ export async function makeServingCert(
     certPem: await Deno.readTextFile(crt),
     keyPem: await Deno.readTextFile(key),
     caPem: await Deno.readTextFile(caCertFile),
+    certFile: crt,
+    keyFile: key,
   };
 }
 
-/** Starts the server on 127.0.0.1 (kernel-chosen port), over TLS with `tls`. */
-export function startReplayServer(rec: Recording, tls: ServingCert): ReplayServer {
-  const enc = new TextEncoder();
-  const lastRv = (rec.events.at(-1)?.object as { metadata?: { resourceVersion?: string } })
-    ?.metadata?.resourceVersion ?? rec.listResourceVersion;
-  // The stream, pre-encoded in chunks.
-  const chunks: Uint8Array<ArrayBuffer>[] = [];
-  let pending = "";
-  for (const ev of rec.events) {
-    pending += JSON.stringify(ev) + "\n";
-    if (pending.length >= CHUNK_BYTES) {
-      chunks.push(enc.encode(pending));
-      pending = "";
-    }
+/** Path of the replay server binary in the cache. */
+export function replayBinary(cacheDir: string): string {
+  return join(cacheDir, "bench", "appservice-bench-replay");
+}
+
+/**
+ * Builds the replay server (`go build` in bench/replay, standard library only) into the cache.
+ * @throws Error with the compiler output on failure.
+ */
+export function buildReplayServer(cacheDir: string): Promise<string> {
+  return goBuild("replay", replayBinary(cacheDir));
+}
+
+/** How {@link startReplayServer} runs the server. */
+export interface ReplayServerOptions {
+  /** The binary ({@link buildReplayServer}). */
+  binary: string;
+  /** The {@link Recording} as JSON (what `bench:watch --recording` saves). */
+  recordingFile: string;
+  tls: ServingCert;
+  /** Longest wait for the server to load the recording and listen (default 60 s). */
+  startTimeoutMs?: number;
+}
+
+/** How long {@link ReplayServer.close} waits after closing stdin, and then after SIGTERM. */
+const STOP_WAIT_MS = 10_000;
+
+/** `p`'s value, or `undefined` when `p` has not settled in `ms` (the timer is cleared). */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<undefined>((resolve) => timer = setTimeout(() => resolve(undefined), ms)),
+    ]);
+  } finally {
+    clearTimeout(timer);
   }
-  if (pending) chunks.push(enc.encode(pending));
-  const pages = new Map<string, Uint8Array<ArrayBuffer>>();
-  const listBody = (limit: number, offset: number): Uint8Array<ArrayBuffer> => {
-    const key = `${limit}:${offset}`;
-    let body = pages.get(key);
-    if (!body) {
-      const end = limit > 0 ? Math.min(rec.items.length, offset + limit) : rec.items.length;
-      const metadata: Record<string, unknown> = { resourceVersion: rec.listResourceVersion };
-      if (end < rec.items.length) {
-        metadata.continue = String(end);
-        metadata.remainingItemCount = rec.items.length - end;
-      }
-      body = enc.encode(JSON.stringify({
-        kind: "ConfigMapList",
-        apiVersion: "v1",
-        metadata,
-        items: rec.items.slice(offset, end),
-      }));
-      pages.set(key, body);
+}
+
+/**
+ * Starts the server on 127.0.0.1 (kernel-chosen port), over TLS with `tls`, and resolves once it
+ * listens. Its stdin is a pipe from this process: when this process goes, so does the server.
+ * Its stderr is this process's. @throws Error when it exits or does not listen in time.
+ */
+export async function startReplayServer(o: ReplayServerOptions): Promise<ReplayServer> {
+  const child = new Deno.Command(o.binary, {
+    args: ["-recording", o.recordingFile, "-cert", o.tls.certFile, "-key", o.tls.keyFile],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const stdin = child.stdin.getWriter();
+  // Its stdout: the URL line once listening, the counts line on exit.
+  const lines: string[] = [];
+  let firstLine: (line: string) => void = () => {};
+  const listening = new Promise<string>((resolve) => firstLine = resolve);
+  const reading = (async () => {
+    let buf = "";
+    for await (const text of child.stdout.pipeThrough(new TextDecoderStream())) {
+      buf += text;
+      const parts = buf.split("\n");
+      buf = parts.pop()!;
+      lines.push(...parts);
+      if (lines.length > 0) firstLine(lines[0]);
     }
-    return body;
+    if (buf) lines.push(buf);
+  })();
+  const stop = async () => {
+    await stdin.close().catch(() => {/* exited already */});
+    for (const signal of ["SIGTERM", "SIGKILL"] as const) {
+      if (await within(child.status, STOP_WAIT_MS)) break;
+      try {
+        child.kill(signal);
+      } catch { /* exited meanwhile */ }
+    }
+    await child.status;
+    await reading;
   };
-  const counts: Record<string, number> = { list: 0, watch: 0, other: 0 };
-  const ac = new AbortController();
-  const server = Deno.serve({
-    hostname: "127.0.0.1",
-    port: 0,
-    cert: tls.certPem,
-    key: tls.keyPem,
-    signal: ac.signal,
-    onListen: () => {},
-  }, (req) => {
-    const url = new URL(req.url);
-    const collection = `/api/v1/namespaces/${rec.namespace}/configmaps`;
-    if (
-      req.method !== "GET" || (url.pathname !== collection && url.pathname !== "/api/v1/configmaps")
-    ) {
-      counts.other++;
-      return Response.json({
-        kind: "Status",
-        apiVersion: "v1",
-        status: "Failure",
-        reason: "NotFound",
-        code: 404,
-        message: `replay server: no ${req.method} ${url.pathname}`,
-      }, { status: 404 });
-    }
-    const q = url.searchParams;
-    if (q.get("watch") === "true" || q.get("watch") === "1") {
-      counts.watch++;
-      const from = q.get("resourceVersion") ?? "";
-      const timeoutMs = Math.min(
-        MAX_WATCH_MS,
-        Number(q.get("timeoutSeconds") || 0) * 1000 ||
-          MAX_WATCH_MS,
-      );
-      const send = from === rec.listResourceVersion ? chunks : [];
-      if (from !== rec.listResourceVersion && from !== lastRv) {
-        const status = {
-          type: "ERROR",
-          object: {
-            kind: "Status",
-            apiVersion: "v1",
-            status: "Failure",
-            reason: "Expired",
-            code: 410,
-            message: `replay server: resourceVersion ${from} is not replayable`,
-          },
-        };
-        return new Response(JSON.stringify(status) + "\n", {
-          headers: { "content-type": "application/json" },
-        });
-      }
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const body = new ReadableStream<Uint8Array>({
-        start(controller) {
-          for (const c of send) controller.enqueue(c);
-          const end = () => {
-            try {
-              controller.close();
-            } catch { /* already closed */ }
-          };
-          timer = setTimeout(end, timeoutMs);
-          // A client that goes away cancels the stream (cancel below).
-          ac.signal.addEventListener("abort", () => {
-            clearTimeout(timer);
-            end();
-          }, { once: true });
-        },
-        cancel() {
-          clearTimeout(timer);
-        },
-      });
-      return new Response(body, { headers: { "content-type": "application/json" } });
-    }
-    counts.list++;
-    const limit = Number(q.get("limit") || 0);
-    const offset = Number(q.get("continue") || 0);
-    return new Response(listBody(limit, offset), {
-      headers: { "content-type": "application/json" },
-    });
-  });
+  const url = await within(
+    Promise.race([listening, child.status.then(() => undefined)]),
+    o.startTimeoutMs ?? 60_000,
+  );
+  if (!url || !/^https:\/\/127\.0\.0\.1:\d+$/.test(url)) {
+    await stop();
+    const { code } = await child.status;
+    throw new Error(
+      url === undefined
+        ? `replay server did not listen (exit code ${code}; its stderr is above)`
+        : `replay server printed ${JSON.stringify(url)}, not its URL`,
+    );
+  }
+  const counts: Record<string, number> = { list: 0, watch: 0, other: 0, http1: 0, http2: 0 };
   return {
-    url: `https://127.0.0.1:${(server.addr as Deno.NetAddr).port}`,
+    url,
     counts,
     async close() {
-      ac.abort();
-      await server.finished;
+      await stop();
+      const report = lines.at(-1);
+      if (lines.length > 1 && report?.startsWith("{")) Object.assign(counts, JSON.parse(report));
     },
   };
 }
