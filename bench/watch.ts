@@ -355,9 +355,11 @@ function markdown(
     `Run ${meta.startedAt} on ${meta.machine} (at the start). ${o.objects} ConfigMaps ` +
     `(2 labels, 2 short data keys, managedFields as the apiserver returns them), ` +
     `${meta.recorded} recorded update events. Ours: lib/runtime/reflector.ts + store.ts over ` +
-    "lib/kube/client.ts (pages of 500; managedFields dropped by default). Peer: " +
-    "`makeInformer` of npm @kubernetes/client-node 2.0.1 under Deno " +
-    `${Deno.version.deno} (one list request, keeps managedFields). Each side in its own ` +
+    "lib/kube/client.ts (first list at resourceVersion=0 with limit=500, which the watch cache " +
+    "answers in one page, as client-go's reflector asks; managedFields dropped by default). " +
+    "Peer: `makeInformer` of npm @kubernetes/client-node 2.0.1 under Deno " +
+    `${Deno.version.deno} (one list request without resourceVersion, a consistent read; keeps ` +
+    "managedFields). Each side in its own " +
     `process (--v8-flags=--expose-gc), ${o.runs} runs each, medians; the ratio is ours / ` +
     "client-node (above 1 is better for rates, below 1 for bytes).",
     "",
@@ -369,7 +371,8 @@ function markdown(
     "- replay: the recorded list and watch stream served by a loopback HTTPS server on " +
     "kube-apiserver's own HTTP stack (bench/replay: Go net/http + crypto/tls, HTTP/2 when the " +
     "client offers it by ALPN; TLS with a certificate of the cluster CA) as fast as the client " +
-    "reads, so the rates are the client's own decode-and-apply speed; live: the initial list " +
+    "reads, so the rates are the client's own decode-and-apply speed (it answers " +
+    "resourceVersion=0 lists whole, as the watch cache does); live: the initial list " +
     "from the real apiserver over TLS." + replayProtocols(meta.replayCounts),
     "- Heap: `Deno.memoryUsage().heapUsed` after forced GC with everything cached, minus the " +
     "same before the informer started, divided by the objects cached. The last column (ours " +

@@ -15,7 +15,9 @@
 //   - GET /api/v1/namespaces/<ns>/configmaps and GET /api/v1/configmaps: the recorded items as a
 //     ConfigMapList at the list's resourceVersion; `limit` pages it, `continue` is the offset of
 //     the page, metadata.continue and remainingItemCount are set when items remain. Each page is
-//     encoded on first request and kept.
+//     encoded on first request and kept. With resourceVersion=0 (and no continue) `limit` is
+//     ignored and the whole list comes in one page, as kube-apiserver's watch cache answers such a
+//     list (measured on 1.36: limit=500&resourceVersion=0 over 10,001 ConfigMaps, one page).
 //   - the same with watch=true (or 1): from the list's resourceVersion, every recorded event
 //     (newline-delimited JSON {type, object}) at once in writes of 64 KiB, each flushed, then the
 //     stream stays open without sending until the client goes, timeoutSeconds pass (at most 15
@@ -240,6 +242,8 @@ func (r *replay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			writeStatus(w, http.StatusBadRequest, "BadRequest", "replay server: bad continue "+v)
 			return
 		}
+	} else if q.Get("resourceVersion") == "0" {
+		limit = 0 // served whole, as from the watch cache
 	}
 	writeJSON(w, http.StatusOK, r.page(limit, offset))
 }
