@@ -62,16 +62,20 @@ export interface StoreOptions<T> {
 /** A keyed, indexed cache of one resource type. */
 export class Store<T extends KubeObject> {
   #items = new Map<string, T>();
-  #indexFns: Record<string, IndexFunc<T>>;
   #indexes = new Map<string, Map<string, Set<string>>>();
+  /** Each index function with its map (value → keys), in a list walked on every change. */
+  #indexList: { fn: IndexFunc<T>; idx: Map<string, Set<string>> }[] = [];
   #handlers: StoreHandler<T>[] = [];
   #keepManagedFields: boolean;
   #onHandlerError: (err: unknown) => void;
 
   /** @param o see {@link StoreOptions} */
   constructor(o: StoreOptions<T> = {}) {
-    this.#indexFns = o.indexes ?? {};
-    for (const name of Object.keys(this.#indexFns)) this.#indexes.set(name, new Map());
+    for (const [name, fn] of Object.entries(o.indexes ?? {})) {
+      const idx = new Map<string, Set<string>>();
+      this.#indexes.set(name, idx);
+      this.#indexList.push({ fn, idx });
+    }
     this.#keepManagedFields = !!o.keepManagedFields;
     this.#onHandlerError = o.onHandlerError ?? ((e) => console.error(e));
   }
@@ -122,8 +126,7 @@ export class Store<T extends KubeObject> {
   }
 
   #index(key: string, obj: T | undefined, old: T | undefined): void {
-    for (const [name, fn] of Object.entries(this.#indexFns)) {
-      const idx = this.#indexes.get(name)!;
+    for (const { fn, idx } of this.#indexList) {
       if (old) {
         for (const v of fn(old)) {
           const s = idx.get(v);

@@ -184,6 +184,38 @@ Deno.test("watch decode: batches hold the complete frames of each chunk, in orde
   assertEquals(batches, [["ADDED a 1", "MODIFIED a 2"], ["ADDED b 3"]]);
 });
 
+Deno.test("watch decode: a byte stream (as a fetch body) is read into one reused buffer, frames intact", async () => {
+  // 300 frames of ~1 KiB in chunks of 100 KiB and 7,777 bytes: frames and UTF-8 characters split
+  // anywhere, and the 100 KiB chunks are larger than the 64 KiB read buffer (read in pieces).
+  const text = Array.from(
+    { length: 300 },
+    (_, i) => frame("MODIFIED", `cm-${i}`, String(1000 + i), { data: { v: "✓".repeat(300) } }),
+  ).join("");
+  const bytes = enc.encode(text);
+  const sizes = [100 * 1024, 7_777];
+  let off = 0, pulls = 0, cancelled = false;
+  const stream = new ReadableStream<Uint8Array>({
+    type: "bytes",
+    pull(c) {
+      if (off >= bytes.length) return c.close();
+      const n = sizes[pulls++ % 2];
+      c.enqueue(bytes.slice(off, off + n));
+      off += n;
+    },
+    cancel() {
+      cancelled = true;
+    },
+  });
+  const seen: string[] = [];
+  for await (const ev of decodeWatchStream<Obj>(stream, 10_000, () => {})) {
+    seen.push(`${ev.object.metadata.name}@${ev.object.metadata.resourceVersion}`);
+    assertEquals(ev.object.data?.v, "✓".repeat(300));
+    if (seen.length === 250) break;
+  }
+  assertEquals(seen, Array.from({ length: 250 }, (_, i) => `cm-${i}@${1000 + i}`));
+  assert(cancelled, "the body was not released");
+});
+
 Deno.test("watch decode: an ERROR frame in the middle of a chunk yields the frames before it first", async () => {
   const b = body();
   const gone = JSON.stringify({ type: "ERROR", object: { code: 410, reason: "Expired" } }) + "\n";
