@@ -51,6 +51,18 @@ Deno.test("store: keys, split, managedFields dropped, owner index", () => {
   assertEquals(s.byIndex(CONTROLLER_UID_INDEX, "u1"), []);
 });
 
+Deno.test("store: managedFields cleared in place on the object given (no copy), kept on request", () => {
+  const s = new Store<KubeObject>();
+  const given = obj("a", "1");
+  s.upsert(given);
+  assertEquals(s.get("ns/a") === given, true, "the store copied the object");
+  assertEquals(given.metadata?.managedFields, undefined);
+  assertEquals(JSON.stringify(s.get("ns/a")).includes("managedFields"), false);
+  const keep = new Store<KubeObject>({ keepManagedFields: true });
+  keep.upsert(obj("a", "1"));
+  assertEquals(keep.get("ns/a")?.metadata?.managedFields, [{ manager: "m" }]);
+});
+
 Deno.test("store: replace emits deletes for vanished objects and nothing for unchanged ones", () => {
   const s = new Store<KubeObject>();
   const log = recorder(s);
