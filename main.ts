@@ -8,7 +8,7 @@
 import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject } from "./lib/kube/client.ts";
 import { loadClusterConfig } from "./lib/kube/config.ts";
-import { ApiError, ConfigError } from "./lib/kube/errors.ts";
+import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { Manager } from "./lib/runtime/manager.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
 import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
@@ -57,9 +57,9 @@ async function whoAmI(client: KubeClient): Promise<string> {
           .trim(),
       );
     }
-    const cause = (err as Error)?.cause as Error | undefined;
-    const why = (cause?.message ?? (err as Error)?.message ?? String(err)).split("\n")[0];
-    throw new ConfigError(`cannot reach the apiserver ${server} (${source}): ${why}`);
+    throw new ConfigError(
+      `cannot reach the apiserver ${server} (${source}): ${networkErrorReason(err)}`,
+    );
   }
 }
 

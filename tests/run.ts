@@ -87,7 +87,10 @@ async function main(): Promise<number> {
     const child = new Deno.Command(deno, {
       args: ["test", "-A", `--junit-path=${junit}`, ...extra, "tests/unit", "tests/e2e"],
       cwd: REPO,
-      env: { APPSERVICE_TEST_CLUSTER_DIR: dir },
+      // Plain text (no ANSI colours) when the output goes to a file or a pipe.
+      env: Deno.stdout.isTerminal()
+        ? { APPSERVICE_TEST_CLUSTER_DIR: dir }
+        : { APPSERVICE_TEST_CLUSTER_DIR: dir, NO_COLOR: "1" },
       stdin: "null",
     }).spawn();
     const onAbort = () => {

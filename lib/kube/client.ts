@@ -14,7 +14,7 @@
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { ClusterConfig } from "./config.ts";
 import { CredentialProvider } from "./credentials.ts";
-import { ApiError, type Status } from "./errors.ts";
+import { ApiError, networkErrorReason, type Status } from "./errors.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
 import { sleep, TokenBucket } from "./throttle.ts";
 import { decodeWatchBatches, type ObjectWatchEvent, WatchIdleError } from "./watch.ts";
@@ -238,7 +238,7 @@ export class KubeClient {
           await sleep(Math.min(200 * 2 ** attempt, 5_000), req.signal);
           continue;
         }
-        throw new Error(`${label}: cannot reach ${this.#host}: ${(err as Error).message}`, {
+        throw new Error(`${label}: cannot reach ${this.#host}: ${networkErrorReason(err)}`, {
           cause: err,
         });
       }

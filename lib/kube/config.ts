@@ -109,12 +109,19 @@ function parseKubeconfigFile(path: string): Raw {
   try {
     doc = parseYaml(text);
   } catch (err) {
-    const first = String((err as Error).message).split("\n")[0];
+    const first = String((err as Error).message).split("\n")[0].replace(/:\s*$/, "");
     throw new ConfigError(`kubeconfig ${path} is not valid YAML: ${first}`);
   }
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== "object" || Array.isArray(doc)) {
     throw new ConfigError(`kubeconfig ${path} is not a kubeconfig (expected a mapping)`);
+  }
+  // A mapping with none of a kubeconfig's keys (e.g. a truncated or unrelated YAML file).
+  const known = ["apiVersion", "kind", "clusters", "users", "contexts", "current-context"];
+  if (Object.keys(doc).length > 0 && !known.some((k) => k in doc)) {
+    throw new ConfigError(
+      `kubeconfig ${path} is not a kubeconfig (none of ${known.join(", ")} in it)`,
+    );
   }
   for (const list of ["clusters", "users", "contexts"]) {
     if (doc[list] !== undefined && doc[list] !== null && !Array.isArray(doc[list])) {

@@ -112,3 +112,24 @@ export const isNamespaceTerminating = (err: unknown): boolean =>
   !!err.status?.details?.causes?.some((c) =>
     (c as { type?: string }).type === "NamespaceTerminating"
   );
+
+/**
+ * One line saying why a request got no answer, from an error of `fetch` (or one wrapping it as
+ * `cause`): the innermost message of the cause chain, without Deno's
+ * `error sending request for url (…): ` prefix, e.g. `client error (Connect): tcp connect error:
+ * Connection refused (os error 111)` or `… dns error: failed to lookup address information: …`,
+ * instead of the bare `fetch failed`. At most 5 causes deep.
+ *
+ * @param err what fetch (or a wrapper) threw
+ */
+export function networkErrorReason(err: unknown): string {
+  let msg = String((err as Error)?.message ?? err);
+  let e: unknown = err;
+  for (let depth = 0; depth < 5; depth++) {
+    const cause = (e as { cause?: unknown })?.cause;
+    if (!(cause instanceof Error) || !cause.message) break;
+    msg = cause.message;
+    e = cause;
+  }
+  return msg.split("\n")[0].replace(/^error sending request for url \([^)]*\): /, "");
+}

@@ -1,7 +1,7 @@
 import { assert, assertEquals, assertRejects } from "../assert.ts";
 import { inClusterConfig, loadClusterConfig } from "../../lib/kube/config.ts";
 import { CredentialProvider } from "../../lib/kube/credentials.ts";
-import { ConfigError } from "../../lib/kube/errors.ts";
+import { ConfigError, networkErrorReason } from "../../lib/kube/errors.ts";
 
 // A self-signed pair made for these tests only (tests/fixtures); it trusts and signs nothing.
 const CERT = Deno.readTextFileSync(new URL("../fixtures/test-client.crt", import.meta.url));
@@ -90,7 +90,8 @@ Deno.test("config: KUBECONFIG files merge — first definition and first current
 Deno.test("config: every unusable input is a one-line ConfigError naming the problem", async () => {
   await withDir(async (dir) => {
     const cases: [string, string, RegExp][] = [
-      ["yaml", "clusters: [\n  - name: x\n   bad", /not valid YAML/],
+      ["yaml", "clusters: [\n  - name: x\n   bad", /not valid YAML: .*column \d+$/],
+      ["notkubeconfig", ":: not yaml [", /not a kubeconfig \(none of apiVersion, kind/],
       ["list", "clusters: 3\n", /clusters must be a list/],
       ["nocontext", kubeconfig({ current: "nope" }), /no context "nope"/],
       [
@@ -205,4 +206,26 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
     await assertRejects(() => bad.get(), /exited with code 3: boom/);
     bad.close();
   });
+});
+
+Deno.test("networkErrorReason: the cause of a failed fetch, not a bare 'fetch failed'", async () => {
+  // A loopback port nobody listens on: take a free one and close it.
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  let thrown: unknown;
+  try {
+    await fetch(`https://127.0.0.1:${port}/`);
+  } catch (err) {
+    thrown = err;
+  }
+  const wrapped = new Error("GET /version: cannot reach 127.0.0.1", { cause: thrown });
+  for (const err of [thrown, wrapped]) {
+    const why = networkErrorReason(err);
+    assert(/connect/i.test(why) && /refused/i.test(why), why);
+    assert(!why.startsWith("error sending request"), why);
+    assert(!why.includes("\n"), why);
+  }
+  assertEquals(networkErrorReason(new Error("plain")), "plain");
+  assertEquals(networkErrorReason("text"), "text");
 });
