@@ -1,7 +1,7 @@
 /**
  * The AppService reconciler: from the cached AppService and its cached Pods and Service, it
  * makes the cluster match the spec, then reports status. One call handles one key; it is
- * idempotent and safe to run on a stale cache.
+ * idempotent and safe to run on a stale cache (see below).
  *
  * Steps:
  * 1. Gone from the cache: nothing to do (owned objects carry ownerReferences; the garbage
@@ -15,6 +15,13 @@
  *    others stay Ready (or when none is Ready), deleting first and recreating once the old Pod is
  *    gone, so there are never more than `replicas` Pods plus one terminating (S8); create, update
  *    or delete the Service; write status only when it changed (S9).
+ *
+ * A stale cache may cost a retry, never a Pod: creates use fixed names (AlreadyExists), deletes a
+ * uid precondition, and before deleting any Pod the AppService is read from the API (not the
+ * cache); when its generation is newer than the cached one, nothing is deleted and the key is
+ * retried until the cache catches up. Without that, a standby taking over with a cache that lags
+ * (its apiserver's watch cache stalled) saw an AppService scaled 2 → 4 at 2 and deleted the 2
+ * new Pods (tests/e2e/stale_list_test.ts).
  *
  * Pods are created with POST (not server-side apply): a Pod's spec is immutable, so "apply" could
  * only ever create, and POST's AlreadyExists makes a stale-cache retry harmless. The Service,
@@ -209,6 +216,28 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     return await removeFinalizer(as, signal);
   }
 
+  /**
+   * Whether the cached AppService still has the live spec: a GET (a consistent read, not the
+   * cache) shows the same uid and generation (status writes do not change the generation).
+   * Undefined when it is gone. Throws what the GET throws (the reconcile is retried).
+   */
+  async function cachedSpecIsLive(
+    as: AppService,
+    signal: AbortSignal,
+  ): Promise<boolean | undefined> {
+    try {
+      const live = await client.get<AppService>(APPSERVICES, as.metadata.name!, {
+        namespace: as.metadata.namespace,
+        signal,
+      });
+      return live.metadata.uid === as.metadata.uid &&
+        live.metadata.generation === as.metadata.generation;
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
   /** Removes our finalizer, guarded by a JSON patch `test` of its position (safe against races). */
   async function removeFinalizer(as: AppService, signal: AbortSignal): Promise<ReconcileResult> {
     const ns = as.metadata.namespace!;
@@ -321,6 +350,18 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
             }`,
           });
         }
+      }
+    }
+
+    // Deletions follow from the spec: only from the live one (see the module doc).
+    if (toDelete.length > 0) {
+      const live = await cachedSpecIsLive(as, signal);
+      if (live === undefined) return;
+      if (!live) {
+        logger.info(
+          "The cached AppService is older than the live one; deleting no Pod until the cache catches up",
+        );
+        return { requeue: true };
       }
     }
 

@@ -6,15 +6,17 @@
  * States ({@link ReflectorState}): `listing` → `watching` → (stream ends) `watching` again from the
  * last resourceVersion, or (410 Gone) `listing`, or (other failure) `backoff` → `watching` /
  * `listing`. Rules users must know:
- * - The first list asks for `resourceVersion=0` (client-go's reflector does the same): the
- *   apiserver answers it from its watch cache in one piece (it ignores `limit` there), without a
- *   quorum read of etcd and without a page-by-page walk; when the cache cannot serve it, it comes
- *   from etcd in pages of `pageSize`. Such a list may be a little behind the newest state (an
- *   apiserver whose cache lags); the watch from its resourceVersion brings the store up to date at
- *   once. A relist after 410 Gone is a consistent read (resourceVersion unset, paged), as in
- *   client-go, and so is every list with `consistentInitialList`. Measured on kube-apiserver 1.36
- *   with 10,000 ConfigMaps: 139 ms of apiserver CPU per list at resourceVersion=0 against 377 ms
- *   for a consistent list in pages of 500 (the watch cache costs ~10 ms per page).
+ * - Every list is a consistent read (resourceVersion unset, in pages of `pageSize`): the store
+ *   reports synced on it, and a controller acts on a synced store at once, before the watch has
+ *   brought anything newer. A `resourceVersion=0` list (client-go's first list) is answered from
+ *   the apiserver's watch cache with whatever state that cache holds, which on an HA control
+ *   plane can be arbitrarily old (an apiserver whose etcd watch stalls keeps serving it): an
+ *   operator restarted against such an apiserver saw an AppService scaled 2 → 4 at 2 replicas
+ *   next to its 4 Pods and deleted 2 of them (tests/e2e/stale_list_test.ts). A consistent list
+ *   waits until the apiserver is current, or fails and is retried. `initialListFromCache` opts
+ *   the first list into `resourceVersion=0` for consumers that never act on a synced store
+ *   before its watch has caught up (measured on kube-apiserver 1.36 with 10,000 ConfigMaps: 139
+ *   ms of apiserver CPU against 377 ms for a consistent list in pages of 500).
  * - A DELETE can be missed across a relist: the store then emits the delete itself when the list
  *   no longer holds the object, but with the last state it saw. Use finalizers for cleanup that must
  *   happen.
@@ -101,10 +103,12 @@ export interface ReflectorOptions<T extends KubeObject> {
   /** Page size of lists; default {@link DEFAULT_LIST_PAGE_SIZE}. */
   pageSize?: number;
   /**
-   * List the first time with resourceVersion unset (a consistent read, paged by `pageSize`) instead
-   * of `resourceVersion=0` (any recent state, from the apiserver's watch cache). Default false.
+   * List the first time at `resourceVersion=0` (whatever state the apiserver's watch cache holds,
+   * possibly far behind; in one piece) instead of a consistent read. Default false: a store
+   * synced on a stale list makes a controller act on that state (see the module doc). Later lists
+   * are consistent either way.
    */
-  consistentInitialList?: boolean;
+  initialListFromCache?: boolean;
   /** Client idle bound (ms); default {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS}. */
   idleTimeoutMs?: number;
   /** Server watch timeout bounds (s); default 300..600. */
@@ -204,8 +208,8 @@ export class Reflector<T extends KubeObject> {
   }
 
   /**
-   * Lists into the store. `consistent`: resourceVersion unset (newest state, a quorum read);
-   * otherwise resourceVersion=0 (see the module doc).
+   * Lists into the store. `consistent`: resourceVersion unset (the newest state); otherwise
+   * resourceVersion=0 (the watch cache's state, maybe old: only with `initialListFromCache`).
    */
   async #list(signal: AbortSignal, consistent: boolean): Promise<string> {
     this.#state = { phase: "listing" };
@@ -343,7 +347,7 @@ export class Reflector<T extends KubeObject> {
     let rv = "";
     let needList = true;
     let goneInARow = 0;
-    // Until a list has been applied, lists may come from the watch cache (resourceVersion=0).
+    // Until a list has been applied, lists may come from the watch cache (initialListFromCache).
     let listed = false;
     while (!signal.aborted) {
       let phase: "list" | "watch" = needList ? "list" : "watch";
@@ -377,7 +381,7 @@ export class Reflector<T extends KubeObject> {
               } else throw err;
             }
           }
-          rv = await this.#list(signal, listed || !!this.#o.consistentInitialList);
+          rv = await this.#list(signal, listed || !this.#o.initialListFromCache);
           listed = true;
           needList = false;
         }

@@ -215,7 +215,7 @@ const agent = (what: string) => `watch-e2e-${what}-${crypto.randomUUID().slice(0
 // ---------------------------------------------------------------------------------------------
 // Tests
 
-Deno.test("watch: paging — 1,200 ConfigMaps listed in 3 pages of 500 (consistent) or whole from the cache (resourceVersion=0), each seen once", async (t) => {
+Deno.test("watch: paging — 1,200 ConfigMaps listed in 3 pages of 500 (consistent, the default) or whole from the cache (initialListFromCache), each seen once", async (t) => {
   const ns = await newNamespace("paging");
   const running: Running<ConfigMap>[] = [];
   const listAgent = agent("paging");
@@ -229,10 +229,9 @@ Deno.test("watch: paging — 1,200 ConfigMaps listed in 3 pages of 500 (consiste
         resource: CONFIGMAPS,
         namespace: ns,
         labelSelector: SELECTOR,
+        // The default first list is consistent, in pages; with initialListFromCache it is
+        // resourceVersion=0, whole from the watch cache (next steps).
         pageSize: 500,
-        // A consistent list is paged; the default first list (resourceVersion=0) comes whole
-        // from the watch cache (next steps).
-        consistentInitialList: true,
       });
       running.push(r);
       await waitFor("synced", () => r.reflector.hasSynced, 60_000);
@@ -264,13 +263,14 @@ Deno.test("watch: paging — 1,200 ConfigMaps listed in 3 pages of 500 (consiste
 
     const cacheAgent = agent("paging-cache");
     await t.step(
-      "default first list: resourceVersion=0, served whole from the watch cache, same content",
+      "initialListFromCache: resourceVersion=0, served whole from the watch cache, same content",
       async () => {
         const r = startReflector<ConfigMap>(clientFor(await adminConfig(), cacheAgent), {
           resource: CONFIGMAPS,
           namespace: ns,
           labelSelector: SELECTOR,
           pageSize: 500,
+          initialListFromCache: true,
         });
         running.push(r);
         await waitFor("synced", () => r.reflector.hasSynced, 60_000);
