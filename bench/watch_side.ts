@@ -4,9 +4,11 @@
  * `--objects` objects and has applied `--events` update events; then the heap after GC.
  *
  * Sides:
- * - `ours`: lib/runtime/reflector.ts + lib/runtime/store.ts over lib/kube/client.ts (pages of
- *   500, managedFields dropped, and the first list at resourceVersion=0: `initialListFromCache`);
- * - `ours-keep-managed-fields`: the same with `keepManagedFields: true` (what the other keeps);
+ * - `ours`: lib/runtime/reflector.ts + lib/runtime/store.ts over lib/kube/client.ts with the
+ *   operator's defaults (a consistent list in pages of 500, managedFields dropped);
+ * - `ours-list-from-cache`: the same with `initialListFromCache: true` (the first list at
+ *   resourceVersion=0, answered whole from the watch cache, as client-go's reflector asks);
+ * - `ours-keep-managed-fields`: the defaults with `keepManagedFields: true` (what the other keeps);
  * - `client-node`: `makeInformer` (ListWatch) of npm `@kubernetes/client-node`.
  *
  * Prints one JSON line ({@link SideResult}) on stdout. Bounded by `--timeout-seconds`.
@@ -21,6 +23,9 @@ import { loadClusterConfig } from "../lib/kube/config.ts";
 import { CONFIGMAPS } from "../lib/kube/resources.ts";
 import { Reflector } from "../lib/runtime/reflector.ts";
 import { Store } from "../lib/runtime/store.ts";
+
+/** Our sides: the defaults and two variants (see the module doc). */
+const OURS_SIDES = new Set(["ours", "ours-list-from-cache", "ours-keep-managed-fields"]);
 
 /** What one side reports. */
 export interface SideResult {
@@ -86,13 +91,13 @@ interface Side {
 function oursSide(
   kubeconfig: string,
   ns: string,
-  keepManagedFields: boolean,
+  o: { keepManagedFields: boolean; initialListFromCache: boolean },
   p: Progress,
 ): Side {
   const client = new KubeClient(loadClusterConfig({ kubeconfig }), {
     userAgent: "appservice-bench-watch/ours",
   });
-  const store = new Store<ConfigMap>({ keepManagedFields });
+  const store = new Store<ConfigMap>({ keepManagedFields: o.keepManagedFields });
   store.addHandler({ add: () => p.add(), update: () => p.update() });
   const ctl = new AbortController();
   const reflector = new Reflector<ConfigMap>({
@@ -100,9 +105,7 @@ function oursSide(
     resource: CONFIGMAPS,
     store,
     namespace: ns,
-    // What bench/watch.ts describes and BENCHMARKS.md measured: the first list at
-    // resourceVersion=0 (the operator's default is a consistent list; see reflector.ts).
-    initialListFromCache: true,
+    initialListFromCache: o.initialListFromCache,
   });
   return {
     start: () => {
@@ -162,10 +165,15 @@ async function main(): Promise<void> {
   const p = new Progress(objects, events);
   const side = values.side === "client-node"
     ? clientNodeSide(kubeconfig, ns, p)
-    : values.side === "ours" || values.side === "ours-keep-managed-fields"
-    ? oursSide(kubeconfig, ns, values.side === "ours-keep-managed-fields", p)
+    : OURS_SIDES.has(values.side ?? "")
+    ? oursSide(kubeconfig, ns, {
+      keepManagedFields: values.side === "ours-keep-managed-fields",
+      initialListFromCache: values.side === "ours-list-from-cache",
+    }, p)
     : undefined;
-  if (!side) throw new Error(`--side: ours, ours-keep-managed-fields or client-node`);
+  if (!side) {
+    throw new Error(`--side: ${[...OURS_SIDES].join(", ")} or client-node`);
+  }
   const heapBefore = await settleHeap();
   const rssBefore = Deno.memoryUsage().rss;
 

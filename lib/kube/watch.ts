@@ -46,7 +46,8 @@ export const MAX_WATCH_FRAME_CHARS = 64 * 1024 * 1024;
  * Frames are newline-delimited JSON `{type, object}` (Kubernetes API concepts, "Efficient
  * detection of changes"); blank lines are skipped.
  *
- * @param body the response body stream
+ * @param body the response body stream (a fetch body; any other byte stream must answer a pending
+ *   BYOB read when it closes, with `byobRequest.respond(0)`, as the Streams standard asks)
  * @param idleMs idle bound in ms; 0 disables it
  * @param onIdle called once when the bound is exceeded, before throwing
  * @throws ApiError for an ERROR frame; WatchIdleError past the idle bound; SyntaxError for a frame
@@ -87,15 +88,19 @@ export async function* decodeWatchBatches<T>(
       if (!chunk) break;
       arm();
       // decode() copies the bytes, so the reader may reuse the buffer for the next chunk.
-      const text = rest + decoder.decode(chunk, { stream: true });
-      const last = text.lastIndexOf("\n");
-      if (last < 0) {
-        if (text.length > MAX_WATCH_FRAME_CHARS) {
+      const piece = decoder.decode(chunk, { stream: true });
+      // Only the new piece is searched: `rest` holds no newline, so a long frame costs linear,
+      // not quadratic, time (the concatenation is a rope, flattened once by JSON.parse).
+      const lastInPiece = piece.lastIndexOf("\n");
+      if (lastInPiece < 0) {
+        rest += piece;
+        if (rest.length > MAX_WATCH_FRAME_CHARS) {
           throw new Error(`watch frame longer than ${MAX_WATCH_FRAME_CHARS} characters`);
         }
-        rest = text;
         continue;
       }
+      const text = rest + piece;
+      const last = rest.length + lastInPiece;
       rest = text.slice(last + 1);
       const batch: ObjectWatchEvent<T>[] = [];
       for (let start = 0; start <= last;) {

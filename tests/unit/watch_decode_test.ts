@@ -231,6 +231,24 @@ Deno.test("watch decode: an ERROR frame in the middle of a chunk yields the fram
   assert(b.cancelled, "the body was not released after the error");
 });
 
+Deno.test("watch decode: a 1.4 MiB object (near etcd's limit) in 16 KiB chunks, then a small one", async () => {
+  const big = 'ü✓\r\n"x'.repeat(200_000); // ~1.4 MiB of UTF-8, escapes included
+  const bytes = enc.encode(
+    frame("ADDED", "big", "1", { data: { v: big } }) + frame("ADDED", "s", "2"),
+  );
+  const chunks: Uint8Array[] = [];
+  for (let off = 0; off < bytes.length; off += 16 * 1024) {
+    chunks.push(bytes.slice(off, off + 16 * 1024));
+  }
+  const b = body();
+  for (const c of chunks) b.push(c);
+  b.close();
+  const seen: ObjectWatchEvent<Obj>[] = [];
+  for await (const ev of decodeWatchStream<Obj>(b.stream, 0, () => {})) seen.push(ev);
+  assertEquals(seen.map((e) => e.object.metadata.name), ["big", "s"]);
+  assertEquals(seen[0].object.data?.v, big);
+});
+
 Deno.test("watch decode: a frame that never ends is bounded (MAX_WATCH_FRAME_CHARS)", async () => {
   const b = body();
   const mib = "x".repeat(1024 * 1024);
