@@ -301,7 +301,8 @@ function summarize(m: ModeResult, side: string) {
 function replayProtocols(c: Record<string, number> | undefined): string {
   if (!c) return "";
   return ` Requests replayed: ${c.list} lists and ${c.watch} watches, ${c.http2} over HTTP/2 and ` +
-    `${c.http1} over HTTP/1.1 (both clients offer h2: Deno fetch, and undici in client-node).`;
+    `${c.http1} over HTTP/1.1 (ours speaks HTTP/1.1 only, see lib/kube/credentials.ts; ` +
+    "client-node's undici offers h2).";
 }
 
 function markdown(
@@ -336,6 +337,7 @@ function markdown(
         fmt(a.eventsPerSecond, 0),
         fmt(b.eventsPerSecond, 0),
         ratio(a.eventsPerSecond, b.eventsPerSecond),
+        fmt(c.eventsPerSecond, 0),
         fmt(k.eventsPerSecond, 0),
       ]);
     }

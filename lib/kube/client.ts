@@ -228,8 +228,9 @@ export class KubeClient {
       } catch (err) {
         this.#record(req.method, "<error>", started);
         if (req.signal?.aborted) throw req.signal.reason;
-        // No answer within the request timeout: the shared (HTTP/2) connection may be dead; the
-        // next attempt, and every later request, gets a new one (see resetConnections).
+        // No answer within the request timeout: the pooled connections may be dead (a network
+        // path that drops packets); the next attempt, and every later request, gets a new one
+        // (see resetConnections).
         if (timeout?.aborted) this.#creds.resetConnections();
         // The HTTP client was closed by resetConnections between get() and fetch(): the request
         // never left, so it is safe to send again whatever its method.
@@ -430,7 +431,7 @@ export class KubeClient {
    * The idle bound also covers the wait for the response headers (a request sent into a stalled
    * connection otherwise waits forever: watches have no request timeout), and a WatchIdleError
    * drops the pooled connections ({@link CredentialProvider.resetConnections}) so that the next
-   * watch does not go into the same stalled HTTP/2 connection.
+   * watch does not go into a pooled connection on the same stalled path.
    */
   async *watchBatches<T extends KubeObject>(
     rt: ResourceType,
