@@ -64,6 +64,7 @@ import {
   warmOurs,
 } from "./lib/operators.ts";
 import { renderChart, type Rgb } from "./lib/plot.ts";
+import { intFlag, listFlag } from "./lib/flags.ts";
 import { fmt, loadAverage, machineLine, ratio, table, writeSection } from "./lib/report.ts";
 
 /** User-Agent of the benchmark's own requests. */
@@ -153,48 +154,35 @@ export function parseBenchArgs(args: string[]): BenchOptions {
     console.log(USAGE);
     Deno.exit(0);
   }
-  const int = (name: string, v: string, min: number, max: number) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min || n > max) {
-      throw new Error(`--${name}: expected an integer in ${min}..${max}, got "${v}"`);
-    }
-    return n;
-  };
-  const sizes = values.sizes.split(",").filter(Boolean).map((s) => int("sizes", s, 1, 20_000));
-  const operators = values.operators.split(",").filter(Boolean) as OperatorKind[];
-  for (const o of operators) {
-    if (o !== "ours" && o !== "peer") throw new Error(`--operators: unknown "${o}"`);
-  }
-  const scenarios = new Set(values.scenarios.split(",").filter(Boolean));
-  for (const s of scenarios) {
-    if (!["converge", "failover", "ceiling"].includes(s)) {
-      throw new Error(`--scenarios: unknown "${s}"`);
-    }
-  }
+  const sizes = values.sizes.split(",").filter(Boolean).map((s) => intFlag("sizes", s, 1, 20_000));
+  const operators = listFlag<OperatorKind>("operators", values.operators, ["ours", "peer"]);
+  const scenarios = new Set(
+    listFlag("scenarios", values.scenarios, ["converge", "failover", "ceiling"]),
+  );
   return {
     sizes,
     operators,
     scenarios,
-    repeats: int("repeats", values.repeats, 1, 20),
-    steadySeconds: int("steady-seconds", values["steady-seconds"], 0, 3600),
-    settleSeconds: int("settle-seconds", values["settle-seconds"], 0, 600),
-    maxConcurrentReconciles: int(
+    repeats: intFlag("repeats", values.repeats, 1, 20),
+    steadySeconds: intFlag("steady-seconds", values["steady-seconds"], 0, 3600),
+    settleSeconds: intFlag("settle-seconds", values["settle-seconds"], 0, 600),
+    maxConcurrentReconciles: intFlag(
       "max-concurrent-reconciles",
       values["max-concurrent-reconciles"],
       1,
       64,
     ),
-    createConcurrency: int("create-concurrency", values["create-concurrency"], 1, 256),
+    createConcurrency: intFlag("create-concurrency", values["create-concurrency"], 1, 256),
     ceilingConcurrency: values["ceiling-concurrency"].split(",").filter(Boolean).map((v) =>
-      int("ceiling-concurrency", v, 1, 256)
+      intFlag("ceiling-concurrency", v, 1, 256)
     ),
-    convergeTimeoutSeconds: int(
+    convergeTimeoutSeconds: intFlag(
       "converge-timeout-seconds",
       values["converge-timeout-seconds"],
       10,
       7200,
     ),
-    failoverRuns: int("failover-runs", values["failover-runs"], 0, 20),
+    failoverRuns: intFlag("failover-runs", values["failover-runs"], 0, 20),
     clusterDir: values["cluster-dir"],
     reuseCluster: values["reuse-cluster"],
     keepCluster: values["keep-cluster"],

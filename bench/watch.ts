@@ -38,6 +38,7 @@ import {
   replayKubeconfig,
   startReplayServer,
 } from "./lib/replay.ts";
+import { intFlag, listFlag } from "./lib/flags.ts";
 import { fmt, loadAverage, machineLine, ratio, table, writeSection } from "./lib/report.ts";
 import type { SideResult } from "./watch_side.ts";
 
@@ -103,32 +104,18 @@ function parse(args: string[]): WatchOptions {
     console.log(USAGE);
     Deno.exit(0);
   }
-  const int = (name: string, v: string, min: number, max: number) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min || n > max) {
-      throw new Error(`--${name}: expected an integer in ${min}..${max}, got "${v}"`);
-    }
-    return n;
-  };
-  const modes = new Set(values.modes.split(",").filter(Boolean));
-  for (const m of modes) {
-    if (m !== "replay" && m !== "live") throw new Error(`--modes: unknown "${m}"`);
-  }
+  const modes = new Set(listFlag("modes", values.modes, ["replay", "live"]));
   return {
-    objects: int("objects", values.objects, 1, 100_000),
-    runs: int("runs", values.runs, 1, 20),
-    concurrency: int("concurrency", values.concurrency, 1, 256),
+    objects: intFlag("objects", values.objects, 1, 100_000),
+    runs: intFlag("runs", values.runs, 1, 20),
+    concurrency: intFlag("concurrency", values.concurrency, 1, 256),
     modes,
     clusterDir: values["cluster-dir"],
     reuseCluster: values["reuse-cluster"],
     keepCluster: values["keep-cluster"],
     resultsDir: values.results,
     markdown: !values["no-markdown"],
-    sides: values.sides.split(",").filter((x) => {
-      if (!x) return false;
-      if (!(SIDES as readonly string[]).includes(x)) throw new Error(`--sides: unknown "${x}"`);
-      return true;
-    }),
+    sides: listFlag("sides", values.sides, SIDES),
     recording: values.recording,
   };
 }
@@ -322,41 +309,23 @@ function markdown(
     const a = summarize(m, "ours"), b = summarize(m, "client-node");
     const k = summarize(m, "ours-keep-managed-fields");
     const c = summarize(m, "ours-list-from-cache");
-    const where = m.mode === "replay" ? "replayed" : "from the apiserver";
-    rows.push([
-      `List ${where}: objects decoded and cached per second`,
-      fmt(a.objectsPerSecond, 0),
-      fmt(b.objectsPerSecond, 0),
-      ratio(a.objectsPerSecond, b.objectsPerSecond),
-      fmt(c.objectsPerSecond, 0),
-      fmt(k.objectsPerSecond, 0),
-    ]);
-    if (m.mode === "replay") {
+    // One table row: a measure of every side, in the column order of the table below.
+    const row = (label: string, key: keyof typeof a) =>
       rows.push([
-        "Watch replayed: events decoded and applied per second",
-        fmt(a.eventsPerSecond, 0),
-        fmt(b.eventsPerSecond, 0),
-        ratio(a.eventsPerSecond, b.eventsPerSecond),
-        fmt(c.eventsPerSecond, 0),
-        fmt(k.eventsPerSecond, 0),
+        label,
+        fmt(a[key], 0),
+        fmt(b[key], 0),
+        ratio(a[key], b[key]),
+        fmt(c[key], 0),
+        fmt(k[key], 0),
       ]);
+    const where = m.mode === "replay" ? "replayed" : "from the apiserver";
+    row(`List ${where}: objects decoded and cached per second`, "objectsPerSecond");
+    if (m.mode === "replay") {
+      row("Watch replayed: events decoded and applied per second", "eventsPerSecond");
     }
-    rows.push([
-      `Heap bytes per cached object (${m.mode}, after GC)`,
-      fmt(a.heapBytesPerObject, 0),
-      fmt(b.heapBytesPerObject, 0),
-      ratio(a.heapBytesPerObject, b.heapBytesPerObject),
-      fmt(c.heapBytesPerObject, 0),
-      fmt(k.heapBytesPerObject, 0),
-    ]);
-    rows.push([
-      `Process RSS MiB at the end (${m.mode})`,
-      fmt(a.rssMiB, 0),
-      fmt(b.rssMiB, 0),
-      ratio(a.rssMiB, b.rssMiB),
-      fmt(c.rssMiB, 0),
-      fmt(k.rssMiB, 0),
-    ]);
+    row(`Heap bytes per cached object (${m.mode}, after GC)`, "heapBytesPerObject");
+    row(`Process RSS MiB at the end (${m.mode})`, "rssMiB");
   }
   return [
     "## Watch and cache benchmark (`deno task bench:watch`)",

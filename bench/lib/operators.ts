@@ -7,7 +7,7 @@
  * @module
  */
 import { dirname, join } from "node:path";
-import { freePort, REPO, startPermissionFlags } from "../../tests/e2e/harness.ts";
+import { freePort, REPO, startPermissionFlags, stopChild } from "../../tests/e2e/harness.ts";
 import { type ProcSample, procSample } from "./proc.ts";
 
 /** Which implementation. */
@@ -223,21 +223,8 @@ export async function startOperatorProcess(
       });
       return await r.text();
     },
-    async stop(signal: Deno.Signal = "SIGTERM", timeoutMs = 45_000) {
-      if (!exited) {
-        try {
-          child.kill(signal);
-        } catch { /* already gone */ }
-      }
-      const timer = setTimeout(() => {
-        try {
-          child.kill("SIGKILL");
-        } catch { /* gone */ }
-      }, timeoutMs);
-      const s = await status;
-      clearTimeout(timer);
-      return s.code;
-    },
+    stop: (signal: Deno.Signal = "SIGTERM", timeoutMs = 45_000) =>
+      stopChild(child, status, signal, timeoutMs),
   };
   return proc;
 }

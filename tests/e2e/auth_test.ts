@@ -15,7 +15,7 @@ import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { type ClusterConfig, inClusterConfig, loadClusterConfig } from "../../lib/kube/config.ts";
 import { CredentialProvider } from "../../lib/kube/credentials.ts";
 import { ApiError, ConfigError, isNotFound, isUnauthorized } from "../../lib/kube/errors.ts";
-import { CONFIGMAPS, type ResourceType } from "../../lib/kube/resources.ts";
+import { CONFIGMAPS } from "../../lib/kube/resources.ts";
 import {
   admin,
   cluster,
@@ -26,19 +26,14 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
-
-const rt = (apiVersion: string, kind: string, plural: string, namespaced: boolean) =>
-  ({ apiVersion, kind, plural, namespaced }) as ResourceType;
-const SERVICE_ACCOUNTS = rt("v1", "ServiceAccount", "serviceaccounts", true);
-const RBAC = "rbac.authorization.k8s.io/v1";
-const ROLE_BINDINGS = rt(RBAC, "RoleBinding", "rolebindings", true);
-const CLUSTER_ROLE_BINDINGS = rt(RBAC, "ClusterRoleBinding", "clusterrolebindings", false);
-const SELF_SUBJECT_REVIEWS = rt(
-  "authentication.k8s.io/v1",
-  "SelfSubjectReview",
-  "selfsubjectreviews",
-  false,
-);
+import {
+  CLUSTER_ROLE_BINDINGS,
+  mintToken as mintTokenWith,
+  RBAC,
+  ROLE_BINDINGS,
+  SELF_SUBJECT_REVIEWS,
+  SERVICE_ACCOUNTS,
+} from "./resources.ts";
 
 const saUser = (ns: string, name: string) => `system:serviceaccount:${ns}:${name}`;
 
@@ -82,18 +77,7 @@ async function whoAmIWith(config: ClusterConfig, creds: CredentialProvider): Pro
 
 /** Mints a bound token for a ServiceAccount (TokenRequest API). */
 async function mintToken(ns: string, sa: string): Promise<string> {
-  const tr = await (await admin()).create<KubeObject & { status?: { token?: string } }>(
-    // The subresource path, as a resource type: POST .../serviceaccounts/NAME/token.
-    rt("v1", "TokenRequest", `serviceaccounts/${sa}/token`, true),
-    {
-      apiVersion: "authentication.k8s.io/v1",
-      kind: "TokenRequest",
-      spec: { expirationSeconds: 3600 },
-    } as KubeObject,
-    { namespace: ns },
-  );
-  assert(tr.status?.token, `no token minted for ${ns}/${sa}`);
-  return tr.status.token;
+  return await mintTokenWith(await admin(), ns, sa, 3600);
 }
 
 /** Creates a ServiceAccount allowed to read in `ns` (RoleBinding to the `view` ClusterRole). */

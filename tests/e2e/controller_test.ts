@@ -24,16 +24,18 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
+import {
+  CLUSTER_ROLE_BINDINGS,
+  CLUSTER_ROLES,
+  mintToken,
+  RBAC,
+  RESOURCE_QUOTAS,
+  ROLE_BINDINGS,
+  ROLES,
+  rt,
+  SERVICE_ACCOUNTS,
+} from "./resources.ts";
 
-const rt = (apiVersion: string, kind: string, plural: string, namespaced: boolean) =>
-  ({ apiVersion, kind, plural, namespaced }) as ResourceType;
-const RESOURCE_QUOTAS = rt("v1", "ResourceQuota", "resourcequotas", true);
-const SERVICE_ACCOUNTS = rt("v1", "ServiceAccount", "serviceaccounts", true);
-const RBAC = "rbac.authorization.k8s.io/v1";
-const ROLES = rt(RBAC, "Role", "roles", true);
-const ROLE_BINDINGS = rt(RBAC, "RoleBinding", "rolebindings", true);
-const CLUSTER_ROLES = rt(RBAC, "ClusterRole", "clusterroles", false);
-const CLUSTER_ROLE_BINDINGS = rt(RBAC, "ClusterRoleBinding", "clusterrolebindings", false);
 const CRD_NAME = "appservices.apps.our-org.com";
 
 type LogLine = Record<string, unknown> & { properties?: Record<string, unknown> };
@@ -343,17 +345,7 @@ Deno.test("controller S11: without permission to list, not ready, retries, recov
       subjects: [{ kind: "ServiceAccount", name: sa, namespace: ns }],
     } as KubeObject);
     // A bound token (TokenRequest), mounted as Kubernetes would in a Pod.
-    const tr = await c.create<KubeObject & { status?: { token?: string } }>(
-      rt("v1", "TokenRequest", `serviceaccounts/${sa}/token`, true),
-      {
-        apiVersion: "authentication.k8s.io/v1",
-        kind: "TokenRequest",
-        spec: { expirationSeconds: 3600 },
-      } as KubeObject,
-      { namespace: ns },
-    );
-    assert(tr.status?.token, "no token");
-    await Deno.writeTextFile(`${dir}/token`, tr.status.token);
+    await Deno.writeTextFile(`${dir}/token`, await mintToken(c, ns, sa, 3600));
     await Deno.copyFile(info.caCertFile, `${dir}/ca.crt`);
     await Deno.writeTextFile(`${dir}/namespace`, ns);
     const port = new URL(info.server).port;

@@ -240,23 +240,34 @@ export async function startOperator(
       const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
       return await r.text();
     },
-    async stop(sig: Deno.Signal = "SIGTERM", timeoutMs = 45_000) {
-      if (!exited) {
-        try {
-          child.kill(sig);
-        } catch { /* already gone */ }
-      }
-      const timer = setTimeout(() => {
-        try {
-          child.kill("SIGKILL");
-        } catch { /* gone */ }
-      }, timeoutMs);
-      const s = await status;
-      clearTimeout(timer);
-      return s.code;
-    },
+    stop: (sig: Deno.Signal = "SIGTERM", timeoutMs = 45_000) =>
+      stopChild(child, status, sig, timeoutMs),
   };
   return op;
+}
+
+/**
+ * Sends `signal` to a child (one that has exited is left alone), SIGKILL after `timeoutMs`, and resolves
+ * with its exit code once `status` (the child's status, or a promise that follows it) settles.
+ */
+export async function stopChild(
+  child: Deno.ChildProcess,
+  status: Promise<Deno.CommandStatus>,
+  signal: Deno.Signal,
+  timeoutMs: number,
+): Promise<number> {
+  const kill = (sig: Deno.Signal) => {
+    try {
+      child.kill(sig);
+    } catch { /* already gone */ }
+  };
+  kill(signal);
+  const timer = setTimeout(() => kill("SIGKILL"), timeoutMs);
+  try {
+    return (await status).code;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Reads one AppService. */

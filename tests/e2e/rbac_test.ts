@@ -5,10 +5,10 @@
  * no request of the operator was forbidden, and every verb the RBAC grants was used.
  */
 import { parseAllDocuments, stringify } from "yaml";
-import { assert, assertEquals } from "../assert.ts";
+import { assertEquals } from "../assert.ts";
 import type { KubeObject } from "../../lib/kube/client.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
-import type { ResourceType } from "../../lib/kube/resources.ts";
+import { NAMESPACES, type ResourceType } from "../../lib/kube/resources.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
   admin,
@@ -23,6 +23,14 @@ import {
   waitFor,
 } from "./harness.ts";
 import { auditEvents, describe } from "./audit.ts";
+import {
+  CLUSTER_ROLE_BINDINGS,
+  CLUSTER_ROLES,
+  mintToken,
+  ROLE_BINDINGS,
+  ROLES,
+  SERVICE_ACCOUNTS,
+} from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 const SA_NAMESPACE = "appservice-system";
@@ -36,37 +44,12 @@ interface Rule {
 }
 
 const KINDS: Record<string, ResourceType> = {
-  Namespace: { apiVersion: "v1", kind: "Namespace", plural: "namespaces", namespaced: false },
-  ServiceAccount: {
-    apiVersion: "v1",
-    kind: "ServiceAccount",
-    plural: "serviceaccounts",
-    namespaced: true,
-  },
-  ClusterRole: {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "ClusterRole",
-    plural: "clusterroles",
-    namespaced: false,
-  },
-  ClusterRoleBinding: {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "ClusterRoleBinding",
-    plural: "clusterrolebindings",
-    namespaced: false,
-  },
-  Role: {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "Role",
-    plural: "roles",
-    namespaced: true,
-  },
-  RoleBinding: {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "RoleBinding",
-    plural: "rolebindings",
-    namespaced: true,
-  },
+  Namespace: NAMESPACES,
+  ServiceAccount: SERVICE_ACCOUNTS,
+  ClusterRole: CLUSTER_ROLES,
+  ClusterRoleBinding: CLUSTER_ROLE_BINDINGS,
+  Role: ROLES,
+  RoleBinding: ROLE_BINDINGS,
 };
 
 async function deployObjects(): Promise<(KubeObject & { rules?: Rule[] })[]> {
@@ -94,22 +77,7 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
       force: true,
     });
   }
-  const tr = await c.create<KubeObject & { status?: { token?: string } }>(
-    {
-      apiVersion: "v1",
-      kind: "TokenRequest",
-      plural: `serviceaccounts/${SA_NAME}/token`,
-      namespaced: true,
-    },
-    {
-      apiVersion: "authentication.k8s.io/v1",
-      kind: "TokenRequest",
-      spec: { expirationSeconds: 3600 },
-    } as never,
-    { namespace: SA_NAMESPACE },
-  );
-  const token = tr.status?.token;
-  assert(token, "no token minted");
+  const token = await mintToken(c, SA_NAMESPACE, SA_NAME, 3600);
   const dir = await Deno.makeTempDir({ prefix: "rbac-" });
   const kubeconfig = `${dir}/kubeconfig`;
   await Deno.writeTextFile(

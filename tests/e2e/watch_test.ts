@@ -23,6 +23,7 @@ import {
 import { objectKey, Store } from "../../lib/runtime/store.ts";
 import { compactEtcd, restartApiserver } from "../cluster/cluster.ts";
 import { admin, cluster, dropNamespace, newNamespace, sleep, waitFor } from "./harness.ts";
+import { mintToken } from "./resources.ts";
 import { TcpProxy } from "./proxy.ts";
 
 // ---------------------------------------------------------------------------------------------
@@ -806,19 +807,9 @@ Deno.test("watch: without permission to list — not synced, capped backoff, rec
       kind: "ServiceAccount",
       metadata: { name: "reader", namespace: ns },
     } as KubeObject);
-    const tr = await c.create<KubeObject & { status?: { token?: string } }>(
-      // POST .../serviceaccounts/reader/token (TokenRequest), as a resource type.
-      {
-        apiVersion: "v1",
-        kind: "TokenRequest",
-        plural: "serviceaccounts/reader/token",
-        namespaced: true,
-      },
-      { apiVersion: "authentication.k8s.io/v1", kind: "TokenRequest", spec: {} } as KubeObject,
-      { namespace: ns },
-    );
+    const token = await mintToken(c, ns, "reader");
     const ua = agent("noperm");
-    const config = { ...await adminConfig(), auth: { kind: "token", token: tr.status!.token! } };
+    const config = { ...await adminConfig(), auth: { kind: "token", token } };
     r = startReflector<ConfigMap>(clientFor(config as ClusterConfig, ua), {
       resource: CONFIGMAPS,
       namespace: ns,
