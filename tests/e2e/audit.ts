@@ -20,6 +20,10 @@ export interface AuditEvent {
     name?: string;
   };
   responseStatus?: { code?: number };
+  /** Unique id of the request; the apiserver also answers it in the `Audit-Id` header. */
+  auditID?: string;
+  /** When the apiserver received the request (RFC 3339, microseconds). */
+  requestReceivedTimestamp?: string;
   stageTimestamp: string;
 }
 
