@@ -6,7 +6,7 @@
  * @module
  */
 import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
-import { KubeClient, type KubeObject } from "./lib/kube/client.ts";
+import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client.ts";
 import { loadClusterConfig } from "./lib/kube/config.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { Manager } from "./lib/runtime/manager.ts";
@@ -83,6 +83,16 @@ async function main(): Promise<number> {
   const logger = log("main");
 
   const metrics = new Metrics();
+  // Every request: counted (rest_client_requests_total) and, at debug level, logged with its
+  // send time, Retry-After and Audit-Id (the apiserver's audit log ID), so a throttled run can be
+  // read against the audit log.
+  const requestLog = log("client");
+  const onRequest = (clientName: string) => (r: RequestInfo) => {
+    metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host });
+    requestLog.debug("Request", { client: clientName, ...r });
+  };
+  const onSendWrite = (r: Pick<RequestInfo, "method" | "path" | "startedAtMs" | "auditId">) =>
+    requestLog.debug("Sending", r);
   let client: KubeClient;
   let leaderClient: KubeClient;
   let user: string;
@@ -98,14 +108,15 @@ async function main(): Promise<number> {
       qps: v["kube-api-qps"] as number,
       burst: (v["kube-api-burst"] as number) || undefined,
       maxRetries: 2,
-      onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      onRequest: onRequest("main"),
+      onSendWrite,
     });
     // Leader election gets its own client: no client-side rate limit shared with reconciles.
     leaderClient = new KubeClient(config, {
       userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
         `deno/${Deno.version.deno} leader-election`,
       maxRetries: 0,
-      onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      onRequest: onRequest("leader-election"),
     });
     user = await whoAmI(client);
   } catch (err) {

@@ -23,6 +23,15 @@
  * (its apiserver's watch cache stalled) saw an AppService scaled 2 → 4 at 2 and deleted the 2
  * new Pods (tests/e2e/stale_list_test.ts).
  *
+ * Status is written with the resourceVersion it was computed from as a precondition (a merge patch
+ * carrying `metadata.resourceVersion`; the apiserver answers 409 Conflict when the object changed
+ * since), so a status computed from a stale cache, or by a replica that lost the Lease, never
+ * overwrites a newer one; a 409 there only requeues the key.
+ *
+ * A write refused by the Lease fence (`FencedError`) or throttled by the apiserver (429, 503 with
+ * Retry-After) ends the reconcile at once: it is never reported as a failure in status or Events;
+ * the controller's error policy requeues the key.
+ *
  * Pods are created with POST (not server-side apply): a Pod's spec is immutable, so "apply" could
  * only ever create, and POST's AlreadyExists makes a stale-cache retry harmless. The Service,
  * whose ports do change, is written with server-side apply (field manager `appservice-operator`).
@@ -31,7 +40,15 @@
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import type { KubeClient } from "../kube/client.ts";
-import { ApiError, isAlreadyExists, isNamespaceTerminating, isNotFound } from "../kube/errors.ts";
+import {
+  ApiError,
+  isAlreadyExists,
+  isConflict,
+  isFenced,
+  isNamespaceTerminating,
+  isNotFound,
+  isThrottled,
+} from "../kube/errors.ts";
 import { PODS, SERVICES } from "../kube/resources.ts";
 import type { ReconcileContext, ReconcileResult } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
@@ -72,6 +89,14 @@ class ReportedError extends Error {}
 /** A Service of the wanted name exists and belongs to someone else. */
 class ServiceConflict extends Error {}
 
+/**
+ * Rethrows an error that must end the reconcile instead of becoming a reported failure: a write
+ * the fence refused (this replica may not write now) or the apiserver throttling us.
+ */
+function rethrowIfAbortive(err: unknown): void {
+  if (isFenced(err) || isThrottled(err)) throw err;
+}
+
 /** Builds the reconcile function for the controller. */
 export function appServiceReconciler(deps: ReconcilerDeps) {
   const now = deps.now ?? Date.now;
@@ -84,7 +109,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   ): Promise<AppService> {
     if (!statusChanged(as.status, next)) return as;
     const status = { ...next, lastReconciliation: new Date(now()).toISOString() };
-    return await client.patch<AppService>(APPSERVICES, as.metadata.name!, { status }, {
+    // The resourceVersion `next` was computed from is a precondition (409 when outdated).
+    const metadata = { resourceVersion: as.metadata.resourceVersion };
+    return await client.patch<AppService>(APPSERVICES, as.metadata.name!, { metadata, status }, {
       namespace: as.metadata.namespace,
       subresource: "status",
       type: "merge",
@@ -171,6 +198,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         await deleteIgnoringNotFound("Pod", p, signal);
         logger.info("Deleted Pod for cleanup", { pod: p.metadata?.name });
       } catch (err) {
+        rethrowIfAbortive(err);
         failures.push(`Pod ${p.metadata?.name}: ${errorText(err)}`);
       }
     }
@@ -179,6 +207,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         await deleteIgnoringNotFound("Service", svc, signal);
         logger.info("Deleted Service for cleanup", { service: svc.metadata?.name });
       } catch (err) {
+        rethrowIfAbortive(err);
         failures.push(`Service ${svc.metadata?.name}: ${errorText(err)}`);
       }
     }
@@ -197,6 +226,8 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       try {
         await writeStatus(as, baseStatus(as, pods, conditions), signal);
       } catch (err) {
+        rethrowIfAbortive(err);
+        if (isConflict(err)) return { requeue: true }; // computed from an older version
         if (!isNotFound(err)) logger.warn("Status write failed", { error: errorText(err) });
       }
       if (failures.length > 0) {
@@ -343,6 +374,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           });
           toDelete.push({ pod: candidate, why: "SpecChanged" });
         } catch (err) {
+          rethrowIfAbortive(err);
           failures.push({
             reason: "InvalidPodSpec",
             message: `the new Pod template is rejected, keeping ${candidate.metadata?.name}: ${
@@ -377,6 +409,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           related: pod,
         });
       } catch (err) {
+        rethrowIfAbortive(err);
         failures.push({
           reason: "FailedDeletePod",
           message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
@@ -401,6 +434,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           related: pod,
         });
       } catch (err) {
+        rethrowIfAbortive(err);
         if (isNamespaceTerminating(err)) return; // the namespace is going: nothing to create
         if (isAlreadyExists(err)) {
           // Stale cache (its watch event will come), or a Pod of that name that is not ours.
@@ -466,6 +500,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         });
       }
     } catch (err) {
+      rethrowIfAbortive(err);
       if (err instanceof ServiceConflict) {
         failures.push({ reason: "ServiceNameConflict", message: err.message });
       } else if (!isNamespaceTerminating(err)) {
@@ -538,6 +573,13 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       await writeStatus(as, next, signal);
     } catch (err) {
       if (isNotFound(err)) return;
+      if (isConflict(err)) {
+        // Computed from an older resourceVersion: the newer one's watch event is on its way.
+        logger.debug("Status not written: the AppService changed meanwhile; requeued", {
+          resourceVersion: as.metadata.resourceVersion,
+        });
+        return { requeue: true };
+      }
       throw err;
     }
     if (failures.length > 0) {

@@ -5,9 +5,15 @@
  *
  * Rules:
  * - A key is reconciled by one worker at a time; adds while it runs make it run again after.
- * - A reconcile that throws (or exceeds `reconcileTimeoutMs`) is logged with its key, counted in
- *   `controller_runtime_reconcile_errors_total`, and re-added with per-key exponential backoff;
- *   the process never dies of it. Success forgets the key's backoff.
+ * - A reconcile that throws goes to the error policy ({@link ControllerOptions.errorPolicy},
+ *   kube-rs `error_policy`), which maps the error to a requeue decision. The default,
+ *   {@link defaultErrorPolicy}: a write refused by the Lease fence is requeued with backoff
+ *   (result `requeue`); an apiserver asking to come back later (429, 503 with Retry-After) is
+ *   requeued after the larger of the key's backoff and the Retry-After (result `requeue_after`,
+ *   S16); a 409 Conflict (an optimistic lock lost to a newer write) is requeued with backoff;
+ *   none of these is a reconcile error. Anything else (or exceeding `reconcileTimeoutMs`) is
+ *   logged with its key, counted in `controller_runtime_reconcile_errors_total` and re-added with
+ *   per-key exponential backoff; the process never dies of it. Success forgets the key's backoff.
  * - A result `{requeueAfterMs}` re-adds the key after that delay; `{requeue: true}` with backoff.
  * - Every `syncPeriodMs` every primary key is added again (controller-runtime SyncPeriod).
  * - {@link Controller.run}'s `signal` stops taking keys; in-flight reconciles get `graceMs` to
@@ -17,6 +23,7 @@
  * @module
  */
 import type { Logger } from "@logtape/logtape";
+import { isConflict, isFenced, isThrottled } from "../kube/errors.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { errorText, log } from "./log.ts";
 import type { Metrics } from "./metrics.ts";
@@ -51,6 +58,60 @@ export type ReconcileFn = (
   ctx: ReconcileContext,
 ) => Promise<ReconcileResult | void>;
 
+/**
+ * What the controller does with a key whose reconcile threw: the decision of an
+ * {@link ErrorPolicy}.
+ */
+export interface ErrorDecision {
+  /**
+   * `error`: a reconcile error (logged at error level, counted in
+   * `controller_runtime_reconcile_errors_total`); `requeue` / `requeue_after`: a normal retry,
+   * counted under that result of `controller_runtime_reconcile_total` and logged at info.
+   */
+  result: "error" | "requeue" | "requeue_after";
+  /** Requeue no sooner than this (ms); the key's backoff applies in any case. */
+  minDelayMs?: number;
+  /** Log message of a non-error decision. */
+  message?: string;
+  /** Extra log fields of a non-error decision. */
+  fields?: Record<string, unknown>;
+}
+
+/** Maps a reconcile's error to a requeue decision (kube-rs `Controller::run`'s `error_policy`). */
+export type ErrorPolicy = (err: unknown, key: string) => ErrorDecision;
+
+/**
+ * The default {@link ErrorPolicy}: a fenced write (`FencedError`: this replica may not write
+ * now, S13) and a 409 Conflict (an optimistic lock lost to a newer write, e.g. a status computed
+ * from an older resourceVersion) are requeued with backoff; a throttled request (429, or 503 with
+ * Retry-After) is requeued after its Retry-After (S16); everything else is an error.
+ */
+export function defaultErrorPolicy(err: unknown): ErrorDecision {
+  if (isFenced(err)) {
+    return {
+      result: "requeue",
+      message: "Writes fenced: the Lease renewal is stale; requeued",
+      fields: { reason: err.reason, request: err.request, renewalAgeMs: err.renewalAgeMs },
+    };
+  }
+  if (isThrottled(err)) {
+    return {
+      result: "requeue_after",
+      minDelayMs: (err.retryAfterSeconds ?? 0) * 1000,
+      message: "Throttled by the apiserver; requeued",
+      fields: { code: err.code, request: err.request, retryAfterSeconds: err.retryAfterSeconds },
+    };
+  }
+  if (isConflict(err)) {
+    return {
+      result: "requeue",
+      message: "Conflict with a newer version; requeued",
+      fields: { request: (err as { request?: string }).request },
+    };
+  }
+  return { result: "error" };
+}
+
 /** Options of {@link Controller}. */
 export interface ControllerOptions {
   name: string;
@@ -64,6 +125,8 @@ export interface ControllerOptions {
   metrics?: Metrics;
   clock?: Clock;
   queue?: WorkQueue;
+  /** Maps a reconcile error to a requeue decision; default {@link defaultErrorPolicy}. */
+  errorPolicy?: ErrorPolicy;
 }
 
 /** Runs reconcile workers over a work queue. */
@@ -75,6 +138,7 @@ export class Controller {
   #clock: Clock;
   #log: Logger;
   #seq = 0;
+  #policy: ErrorPolicy;
   #fence = new AbortController();
   #active = 0;
 
@@ -83,6 +147,7 @@ export class Controller {
     this.#o = o;
     this.name = o.name;
     this.#clock = o.clock ?? realClock;
+    this.#policy = o.errorPolicy ?? defaultErrorPolicy;
     this.#log = log("controller").with({ controller: o.name });
     const m = o.metrics;
     const labels = { name: o.name, controller: o.name };
@@ -127,6 +192,20 @@ export class Controller {
     this.#fence.abort(new Error("leadership lost: writes stopped"));
   }
 
+  /** The error policy's decision; a timeout is an error, a fence abort a requeue. */
+  #decide(err: unknown, key: string, timedOut: boolean): ErrorDecision {
+    if (timedOut) return { result: "error" };
+    if (this.#fence.signal.aborted) {
+      return { result: "requeue", message: "Reconcile aborted: leadership lost; requeued" };
+    }
+    try {
+      return this.#policy(err, key);
+    } catch (policyErr) {
+      this.#log.error("Error policy failed", { error: errorText(policyErr) });
+      return { result: "error" };
+    }
+  }
+
   #updateGauges(): void {
     const m = this.#o.metrics;
     if (!m) return;
@@ -166,15 +245,23 @@ export class Controller {
         this.queue.forget(key);
       }
     } catch (err) {
-      result = "error";
-      o.metrics?.reconcileErrors.inc({ controller: this.name });
-      const delayMs = this.queue.addRateLimited(key);
       const timedOut = signal.aborted && !this.#fence.signal.aborted;
-      logger.error("Reconciler error", {
-        error: timedOut ? `reconcile timed out after ${o.reconcileTimeoutMs} ms` : errorText(err),
-        retryInMs: Math.round(delayMs),
-        retries: this.queue.numRequeues(key),
-      });
+      const decision = this.#decide(err, key, timedOut);
+      result = decision.result;
+      const delayMs = this.queue.addRateLimited(key, decision.minDelayMs ?? 0);
+      if (decision.result === "error") {
+        o.metrics?.reconcileErrors.inc({ controller: this.name });
+        logger.error("Reconciler error", {
+          error: timedOut ? `reconcile timed out after ${o.reconcileTimeoutMs} ms` : errorText(err),
+          retryInMs: Math.round(delayMs),
+          retries: this.queue.numRequeues(key),
+        });
+      } else {
+        logger.info(decision.message ?? "Requeued", {
+          ...decision.fields,
+          retryInMs: Math.round(delayMs),
+        });
+      }
     } finally {
       this.#active--;
       o.metrics?.reconcileTime.observe(

@@ -12,6 +12,10 @@
  * - The controller's workers run only while this replica holds the Lease (or always, without
  *   `leaderElect`). A lost Lease fences the controller at once (in-flight writes aborted) and
  *   {@link Manager.run} resolves with exit code 1.
+ * - With `leaderElect`, the elector's `LeaseFence` (leader.ts) is put on `client` as its write fence:
+ *   no write of this process (reconcilers, Events) leaves unless, at the moment it is sent, this
+ *   replica holds the Lease and its last renewal is younger than the renew deadline (S13). The
+ *   Lease goes through `leaderElectionClient`, which must be another client (no fence).
  * - When `signal` aborts (SIGTERM/SIGINT): stop taking keys, give in-flight reconciles
  *   `gracefulShutdownTimeoutMs`, release the Lease (holder cleared, duration 1 s), stop informers
  *   and servers, resolve with exit code 0 (S7).
@@ -20,6 +24,7 @@
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import type { KubeClient, KubeObject } from "../kube/client.ts";
+import { isFenced, isThrottled } from "../kube/errors.ts";
 import { PODS, type ResourceType, SERVICES } from "../kube/resources.ts";
 import { appServiceReconciler } from "../appservice/reconcile.ts";
 import { MANAGED_SELECTOR } from "../appservice/pods.ts";
@@ -39,8 +44,10 @@ import { CONTROLLER_UID_INDEX, controllerUidIndex, objectKey, Store } from "./st
 export interface ManagerOptions {
   client: KubeClient;
   /**
-   * Client for the Lease only (default: `client`). A separate one keeps renewals out of the
-   * reconcilers' client-side rate limit, so a busy leader does not lose its own Lease.
+   * Client for the Lease only; required with `leaderElect`, and not `client`: `client` gets the
+   * Lease's write fence, which the Lease's own writes must not pass through. A separate one also
+   * keeps renewals out of the reconcilers' rate limit and Retry-After gate, so a busy or
+   * throttled leader does not lose its own Lease.
    */
   leaderElectionClient?: KubeClient;
   metrics: Metrics;
@@ -168,7 +175,11 @@ export class Manager {
       o.client,
       `${GROUP}/appservice-operator`,
       o.identity,
-      (err) => this.#log.warn("Event not recorded", { error: errorText(err) }),
+      (err) =>
+        // Fenced (not the leader now) or throttled: expected, and said elsewhere.
+        isFenced(err) || isThrottled(err)
+          ? this.#log.debug("Event not recorded", { error: errorText(err) })
+          : this.#log.warn("Event not recorded", { error: errorText(err) }),
     );
     const controller = new Controller({
       name: CONTROLLER_NAME,
@@ -275,8 +286,11 @@ export class Manager {
     if (o.leaderElect) {
       const leaseName = `${o.leaderElectionNamespace}/${o.leaderElectionId}`;
       o.metrics.leaderStatus.set({ name: o.leaderElectionId }, 0);
+      if (!o.leaderElectionClient || o.leaderElectionClient === o.client) {
+        throw new Error("leader election needs a client of its own (leaderElectionClient)");
+      }
       elector = new LeaderElector({
-        client: o.leaderElectionClient ?? o.client,
+        client: o.leaderElectionClient,
         namespace: o.leaderElectionNamespace,
         name: o.leaderElectionId,
         identity: o.identity,
@@ -303,6 +317,8 @@ export class Manager {
         onError: (err) =>
           this.#log.warn("Lease attempt failed", { lease: leaseName, error: errorText(err) }),
       });
+      // From now on every write of `client` needs a fresh Lease (S13).
+      o.client.setWriteFence(elector.fence);
       this.#log.info("Waiting for the Lease", { lease: leaseName, identity: o.identity });
       // The elector keeps renewing while the workers drain after SIGTERM: it stops only once
       // they are done, so the Lease is never free while this process may still write

@@ -18,6 +18,7 @@ import {
   dropNamespace,
   getAs,
   installCrd,
+  isRunning,
   type LogLine,
   logsOf,
   metricSum,
@@ -44,10 +45,6 @@ const CRD_NAME = "appservices.apps.our-org.com";
 async function readyz(op: Operator): Promise<{ status: number; body: string }> {
   const r = await fetch(`http://127.0.0.1:${op.healthPort}/readyz`);
   return { status: r.status, body: await r.text() };
-}
-
-function isRunning(op: Operator): Promise<boolean> {
-  return Promise.race([op.status.then(() => false), sleep(50).then(() => true)]);
 }
 
 function condition(as: AppService, type: string) {

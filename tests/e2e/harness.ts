@@ -319,3 +319,8 @@ export async function getLease(ns: string, name: string): Promise<Lease | undefi
     throw err;
   }
 }
+
+/** Whether the operator process is still running (it has not exited within 50 ms). */
+export function isRunning(op: Operator): Promise<boolean> {
+  return Promise.race([op.status.then(() => false), sleep(50).then(() => true)]);
+}

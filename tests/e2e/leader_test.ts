@@ -19,6 +19,7 @@ import {
   getAs,
   getLease,
   installCrd,
+  isRunning,
   leaseIdentityOf as identityOf,
   logsOf,
   metricSum,
@@ -51,10 +52,6 @@ async function writesOf(op: Operator): Promise<number> {
     n += metricSum(text, "rest_client_requests_total", { method });
   }
   return n;
-}
-
-function isRunning(op: Operator): Promise<boolean> {
-  return Promise.race([op.status.then(() => false), sleep(50).then(() => true)]);
 }
 
 Deno.test("leader election: three replicas, one reconciles; SIGKILL and SIGTERM failover (S7)", async (t) => {

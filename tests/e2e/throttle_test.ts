@@ -66,7 +66,7 @@ interface RequestLine {
 }
 
 function requestLines(op: Operator): RequestLine[] {
-  return logsOf(op, "Request").map((l: LogLine) => {
+  return logsOf(op, "Request").filter((l) => l.properties?.client === "main").map((l: LogLine) => {
     const p = l.properties ?? {};
     const startedAtMs = Number(p.startedAtMs);
     return {
@@ -79,6 +79,18 @@ function requestLines(op: Operator): RequestLine[] {
       retryAfterSeconds: p.retryAfterSeconds as number | undefined,
     };
   }).sort((a, b) => a.startedAtMs - b.startedAtMs);
+}
+
+/** The apiserver's own /metrics (Prometheus text), through the admin kubeconfig and kubectl. */
+async function apiserverMetrics(): Promise<string> {
+  const info = await cluster();
+  const out = await new Deno.Command(`${info.binDir}/kubectl`, {
+    args: ["--kubeconfig", info.kubeconfig, "get", "--raw", "/metrics"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) throw new Error(new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout);
 }
 
 const receivedMs = (e: AuditEvent) => Date.parse(e.requestReceivedTimestamp ?? e.stageTimestamp);
@@ -94,6 +106,23 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
   const name = `e2e-throttle-${crypto.randomUUID().slice(0, 6)}`;
   let op: Operator | undefined;
   try {
+    // One seat: a level's nominal seats are the server's concurrency limit (600) split by the
+    // levels' nominalConcurrencyShares (rounded up), so a share of 1 next to the default levels'
+    // 245 still gets 3 seats. A ballast level of 600 shares dilutes that to 1; it lends all of
+    // its seats, so the other levels borrow them and lose nothing. Ours may not borrow.
+    await c.create(PRIORITY_LEVELS, {
+      apiVersion: FLOWCONTROL,
+      kind: "PriorityLevelConfiguration",
+      metadata: { name: `${name}-ballast` },
+      spec: {
+        type: "Limited",
+        limited: {
+          nominalConcurrencyShares: 600,
+          lendablePercent: 100,
+          limitResponse: { type: "Reject" },
+        },
+      },
+    } as KubeObject);
     await c.create(PRIORITY_LEVELS, {
       apiVersion: FLOWCONTROL,
       kind: "PriorityLevelConfiguration",
@@ -101,8 +130,7 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
       spec: {
         type: "Limited",
         limited: {
-          // The smallest share: with the default levels' shares this is one seat (checked below).
-          nominalConcurrencyShares: 0,
+          nominalConcurrencyShares: 1,
           lendablePercent: 0,
           borrowingLimitPercent: 0,
           limitResponse: {
@@ -154,6 +182,19 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
     } finally {
       http.close();
     }
+    const seats = await waitFor(
+      "one seat for the operator's level",
+      async () => {
+        const text = await apiserverMetrics();
+        const n = metricSum(text, "apiserver_flowcontrol_current_limit_seats", {
+          priority_level: name,
+        });
+        return n === 1 ? n : undefined;
+      },
+      30_000,
+      500,
+    );
+    console.log(`S16: the operator's priority level has ${seats} seat`);
 
     for (let i = 0; i < APPS; i++) {
       await c.create(
@@ -210,7 +251,7 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
         if (same.length) sameMin = Math.min(sameMin, ...same.map((b) => receivedMs(b) - done));
       }
       console.log(
-        `S16 (audit): shortest gap after a 429 to the next request of the user: ${anyMin} ms; ` +
+        `S16 (audit): shortest gap after a 429 to the next request of the user (requests already in flight included): ${anyMin} ms; ` +
           `to the same verb+URI: ${sameMin} ms (APF's Retry-After is at least 1 s)`,
       );
     });
@@ -292,8 +333,9 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
     });
   } finally {
     if (op) await op.stop("SIGTERM", 30_000);
-    for (const rtype of [FLOW_SCHEMAS, PRIORITY_LEVELS]) {
-      await c.delete(rtype, name).catch((err) => {
+    const levels = [name, `${name}-ballast`].map((n) => [PRIORITY_LEVELS, n] as const);
+    for (const [rtype, n] of [[FLOW_SCHEMAS, name] as const, ...levels]) {
+      await c.delete(rtype, n).catch((err) => {
         if (!isNotFound(err)) throw err;
       });
     }
