@@ -116,6 +116,8 @@ async function main(): Promise<number> {
       userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
         `deno/${Deno.version.deno} leader-election`,
       maxRetries: 0,
+      // Not held back by the reconcilers' 429s: its attempts keep to the renew deadline.
+      retryAfterGate: false,
       onRequest: onRequest("leader-election"),
     });
     user = await whoAmI(client);

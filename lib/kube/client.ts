@@ -113,6 +113,12 @@ export interface ClientOptions {
    * {@link MAX_THROTTLE_WAIT_MS}.
    */
   maxThrottleWaitMs?: number;
+  /**
+   * Whether a throttled answer holds back every request of this client (the Retry-After gate,
+   * see the module doc); default true. The Lease's own client turns it off: its attempts keep
+   * their own pace (the renew deadline), so that throttled reconcilers never cost the Lease.
+   */
+  retryAfterGate?: boolean;
   /** Checked before every write is sent (see {@link WriteFence}); default none. */
   writeFence?: WriteFence;
   /** Called after every HTTP request (metrics). Must not throw. */
@@ -226,6 +232,13 @@ interface RawRequest {
 
 const IDEMPOTENT = new Set(["GET", "HEAD"]);
 
+/** The gate of a client with `retryAfterGate: false`: always open. */
+const NO_GATE: Pick<RetryAfterGate, "closedForMs" | "acquire" | "release"> = {
+  closedForMs: () => 0,
+  acquire: () => Promise.resolve(),
+  release: () => {},
+};
+
 function parseRetryAfter(h: string | null): number | undefined {
   if (!h) return undefined;
   const n = Number(h);
@@ -244,12 +257,12 @@ export class KubeClient {
   readonly config: ClusterConfig;
   #creds: CredentialProvider;
   #opts:
-    & Required<Omit<ClientOptions, "onRequest" | "writeFence" | "onSendWrite">>
+    & Required<Omit<ClientOptions, "onRequest" | "writeFence" | "onSendWrite" | "retryAfterGate">>
     & Pick<ClientOptions, "onRequest" | "onSendWrite">;
   #bucket: TokenBucket;
   #host: string;
   #fence?: WriteFence;
-  #gate = new RetryAfterGate();
+  #gate: Pick<RetryAfterGate, "closedForMs" | "acquire" | "release">;
 
   /** @param config the resolved connection; @param opts see {@link ClientOptions} */
   constructor(config: ClusterConfig, opts: ClientOptions = {}) {
@@ -268,6 +281,7 @@ export class KubeClient {
     this.#bucket = new TokenBucket(this.#opts.qps, this.#opts.burst);
     this.#host = new URL(config.server).host;
     this.#fence = opts.writeFence;
+    this.#gate = opts.retryAfterGate === false ? NO_GATE : new RetryAfterGate();
   }
 
   /** Releases the HTTP clients. */
@@ -448,11 +462,12 @@ export class KubeClient {
       const waitable = retryAfter === undefined ||
         retryAfter * 1000 <= this.#opts.maxThrottleWaitMs;
       if (retryable && waitable && attempt < this.#opts.maxRetries) {
-        // With a Retry-After the gate at the top of the loop waits it out; without, back off.
+        // With a Retry-After the gate at the top of the loop waits it out (without a gate, this
+        // request alone waits it); without one, back off.
         if (retryAfter === undefined) {
           await sleep(Math.max(Math.min(200 * 2 ** attempt, 5_000), 50), req.signal);
-        } else if (retryAfter < 0.05) {
-          await sleep(50, req.signal);
+        } else if (this.#gate === NO_GATE || retryAfter < 0.05) {
+          await sleep(Math.max(retryAfter * 1000, 50), req.signal);
         }
         continue;
       }

@@ -19,8 +19,8 @@
  * record unchanged for `leaseDurationSeconds` on its own clock, counted from after the renewal was
  * sent, so a write passed by the fence reaches the apiserver before any takeover unless it spends
  * longer than leaseDuration − renewDeadline between the check and the apiserver: only a process
- * paused (or a packet held) in that moment does. The renew loop gives up at the same age the fence
- * closes; the Lease itself goes through a separate client without a fence.
+ * paused (or a packet held) in that moment does. The renew loop gives up at the same (monotonic)
+ * age the fence closes; the Lease itself goes through a separate client without a fence.
  *
  * @module
  */
@@ -149,6 +149,15 @@ export class LeaseFence implements WriteFence {
   /** Whether this candidate holds the Lease (ignoring the renewal's age). */
   get leading(): boolean {
     return this.#leading;
+  }
+
+  /**
+   * Age (ms) of the last successful renewal on the monotonic clock alone: what the renew loop
+   * gives up on (a wall-clock step must not end leadership; it only holds writes back until the
+   * next renewal).
+   */
+  monotonicAgeMs(): number {
+    return this.#monotonic() - this.#renewed.monotonicMs;
   }
 
   /** Age (ms) of the last successful renewal: the larger of its monotonic and wall-clock ages. */
@@ -364,14 +373,14 @@ export class LeaderElector {
       } catch {
         break;
       }
-      const remaining = o.renewDeadlineMs - this.fence.renewalAgeMs();
+      const remaining = o.renewDeadlineMs - this.fence.monotonicAgeMs();
       if (remaining > 0) {
         const attempt = AbortSignal.any([signal, AbortSignal.timeout(remaining)]);
         if (await this.tryAcquireOrRenew(attempt)) continue;
       }
       if (signal.aborted) break;
       if (
-        this.fence.renewalAgeMs() >= o.renewDeadlineMs ||
+        this.fence.monotonicAgeMs() >= o.renewDeadlineMs ||
         (this.#observed && this.#observed.holder !== o.identity)
       ) {
         this.#leading = false;

@@ -12,10 +12,10 @@
  * - The controller's workers run only while this replica holds the Lease (or always, without
  *   `leaderElect`). A lost Lease fences the controller at once (in-flight writes aborted) and
  *   {@link Manager.run} resolves with exit code 1.
- * - With `leaderElect`, the elector's `LeaseFence` (leader.ts) is put on `client` as its write fence:
- *   no write of this process (reconcilers, Events) leaves unless, at the moment it is sent, this
- *   replica holds the Lease and its last renewal is younger than the renew deadline (S13). The
- *   Lease goes through `leaderElectionClient`, which must be another client (no fence).
+ * - With `leaderElect`, the elector's `LeaseFence` (leader.ts) is put on `client` as its write
+ *   fence: no write of this process (reconcilers, Events) leaves unless, at the moment it is sent,
+ *   this replica holds the Lease and its last renewal is younger than the renew deadline (S13).
+ *   The Lease goes through `leaderElectionClient`, which must be another client (no fence).
  * - When `signal` aborts (SIGTERM/SIGINT): stop taking keys, give in-flight reconciles
  *   `gracefulShutdownTimeoutMs`, release the Lease (holder cleared, duration 1 s), stop informers
  *   and servers, resolve with exit code 0 (S7).

@@ -251,7 +251,8 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
         if (same.length) sameMin = Math.min(sameMin, ...same.map((b) => receivedMs(b) - done));
       }
       console.log(
-        `S16 (audit): shortest gap after a 429 to the next request of the user (requests already in flight included): ${anyMin} ms; ` +
+        `S16 (audit): shortest gap after a 429 to the next request of the user ` +
+          `(requests already in flight included): ${anyMin} ms; ` +
           `to the same verb+URI: ${sameMin} ms (APF's Retry-After is at least 1 s)`,
       );
     });

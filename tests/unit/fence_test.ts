@@ -59,6 +59,8 @@ Deno.test("fence S13: LeaseFence opens on a renewal and closes at the renew dead
   // clock saw nothing.
   wall += 10_000;
   refused("RenewalStale");
+  // ... but the renew loop, which decides the loss, counts on the monotonic clock alone.
+  assertEquals(f.monotonicAgeMs(), 0);
   // Stepped back: the monotonic age decides.
   wall -= 20_000;
   f.check("POST", "/x");
@@ -186,14 +188,12 @@ Deno.test("fence S13: a leader's fence on the main client; the Lease client keep
     // still sends its attempts.
     server.failLeaseWrites = true;
     const putsBefore = server.count("PUT", "leases");
-    const t0 = performance.now();
     let refused: unknown;
     for (let i = 0; i < 200 && !refused; i++) {
       await main.create(CONFIGMAPS, configMap(`y${i}`)).catch((err) => refused = err);
       await sleep(20);
     }
     assert(isFenced(refused), String(refused));
-    assert(performance.now() - t0 <= 600 + 200, "closed late");
     assert(server.count("PUT", "leases") > putsBefore, "the Lease client stopped");
     const sent = server.count("POST", "configmaps");
     assertEquals(await run, "lost");
