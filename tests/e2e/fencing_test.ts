@@ -46,7 +46,7 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
-import { type AuditEvent, auditEvents, WRITE_VERBS } from "./audit.ts";
+import { type AuditEvent, auditEvents, microTimeMs, receivedMs, WRITE_VERBS } from "./audit.ts";
 import { applyDeployRbac, type OperatorIdentity, operatorIdentity } from "./identity.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
@@ -86,15 +86,6 @@ interface Holding {
   /** `spec.acquireTime` (epoch ms). */
   fromMs: number;
 }
-
-/** Epoch ms (fractional, to the microsecond) of an RFC 3339 time with up to 9 fraction digits. */
-function microTimeMs(ts: string): number {
-  const m = /^(.*T\d{2}:\d{2}:\d{2})(?:\.(\d+))?Z$/.exec(ts);
-  if (!m) return Date.parse(ts);
-  return Date.parse(`${m[1]}Z`) + Number(`0.${m[2] ?? "0"}`) * 1000;
-}
-
-const receivedMs = (e: AuditEvent) => Date.parse(e.requestReceivedTimestamp ?? e.stageTimestamp);
 
 Deno.test("fenced writes: a paused leader sends no write after another replica took the Lease (S13)", async (t) => {
   await installCrd();

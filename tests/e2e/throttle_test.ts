@@ -35,7 +35,7 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
-import { type AuditEvent, auditEvents } from "./audit.ts";
+import { auditEvents, microTimeMs, receivedMs } from "./audit.ts";
 import { applyDeployRbac, operatorIdentity } from "./identity.ts";
 import { rt } from "./resources.ts";
 
@@ -92,8 +92,6 @@ async function apiserverMetrics(): Promise<string> {
   if (!out.success) throw new Error(new TextDecoder().decode(out.stderr));
   return new TextDecoder().decode(out.stdout);
 }
-
-const receivedMs = (e: AuditEvent) => Date.parse(e.requestReceivedTimestamp ?? e.stageTimestamp);
 
 Deno.test("Retry-After: a throttled operator waits what the apiserver says and converges (S16)", async (t) => {
   await installCrd();
@@ -244,7 +242,7 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
       let anyMin = Infinity;
       let sameMin = Infinity;
       for (const a of rejected) {
-        const done = Date.parse(a.stageTimestamp);
+        const done = microTimeMs(a.stageTimestamp);
         const later = audit.filter((b) => receivedMs(b) > done);
         if (later.length) anyMin = Math.min(anyMin, ...later.map((b) => receivedMs(b) - done));
         const same = later.filter((b) => b.verb === a.verb && b.requestURI === a.requestURI);
@@ -252,8 +250,8 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
       }
       console.log(
         `S16 (audit): shortest gap after a 429 to the next request of the user ` +
-          `(requests already in flight included): ${anyMin} ms; ` +
-          `to the same verb+URI: ${sameMin} ms (APF's Retry-After is at least 1 s)`,
+          `(requests already in flight included): ${anyMin.toFixed(1)} ms; ` +
+          `to the same verb+URI: ${sameMin.toFixed(1)} ms (APF's Retry-After is at least 1 s)`,
       );
     });
 
@@ -296,19 +294,21 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
       for (const a of rejected) {
         const l = byAuditId.get(a.auditID!)!;
         const raMs = (l.retryAfterSeconds ?? 0) * 1000;
-        const done = Date.parse(a.stageTimestamp);
+        const done = microTimeMs(a.stageTimestamp);
         for (const b of audit) {
           const lb = b.auditID ? byAuditId.get(b.auditID) : undefined;
           if (!lb || lb.startedAtMs < l.endedAtMs) continue;
           const gapMs = receivedMs(b) - done;
           auditWorst = Math.min(auditWorst, gapMs - raMs);
-          if (gapMs < raMs) auditViolations.push(`${b.verb} ${b.requestURI} ${gapMs} ms`);
+          if (gapMs < raMs) {
+            auditViolations.push(`${b.verb} ${b.requestURI} ${gapMs.toFixed(1)} ms`);
+          }
         }
       }
       console.log(
         `S16 (client): ${throttled.length} answers 429; tightest gap after a 429: ` +
           `${worst.what || "none"}; same method+URL: ${worstSame.what || "none"}; ` +
-          `audit: tightest gap minus Retry-After ${auditWorst} ms`,
+          `audit: tightest gap minus Retry-After ${auditWorst.toFixed(1)} ms`,
       );
       assertEquals(violations, []);
       assertEquals(auditViolations, []);
