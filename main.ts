@@ -1,5 +1,6 @@
 /**
- * appservice-operator entry point: flags → configuration → {@link Manager.run}, and the exit
+ * appservice-operator entry point: flags → configuration → a {@link Manager} with the AppService
+ * controller (lib/appservice/controller.ts) → {@link Manager.run}, and the exit
  * code. Every start-up failure (bad flag, unusable kubeconfig, unreachable apiserver, rejected
  * credential) ends with one line on stderr and exit code 1, never a stack trace.
  *
@@ -10,6 +11,7 @@ import { KubeClient, type KubeObject } from "./lib/kube/client.ts";
 import { loadClusterConfig } from "./lib/kube/config.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { Manager } from "./lib/runtime/manager.ts";
+import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
 import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
 import type { LogLevel } from "@logtape/logtape";
@@ -163,6 +165,7 @@ async function main(): Promise<number> {
     watchIdleTimeoutMs: v["watch-idle-timeout"] as number,
     useWatchList: v["watch-list"] as boolean,
   });
+  addAppServiceController(manager);
   try {
     return await manager.run(stop.signal);
   } catch (err) {

@@ -6,8 +6,9 @@
  * Rules:
  * - A key is reconciled by one worker at a time; adds while it runs make it run again after.
  * - A reconcile that throws (or exceeds `reconcileTimeoutMs`) is logged with its key, counted in
- *   `controller_runtime_reconcile_errors_total`, and re-added with per-key exponential backoff;
- *   the process never dies of it. Success forgets the key's backoff.
+ *   `controller_runtime_reconcile_errors_total`, and re-added with per-key exponential backoff
+ *   unless the `errorPolicy` decides otherwise (kube-rs `error_policy`); the process never dies
+ *   of it. Success forgets the key's backoff.
  * - A result `{requeueAfterMs}` re-adds the key after that delay; `{requeue: true}` with backoff.
  * - Every `syncPeriodMs` every primary key is added again (controller-runtime SyncPeriod).
  * - {@link Controller.run}'s `signal` stops taking keys; in-flight reconciles get `graceMs` to
@@ -17,10 +18,15 @@
  * @module
  */
 import type { Logger } from "@logtape/logtape";
+import type { KubeObject } from "../kube/client.ts";
+import type { ResourceType } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { errorText, log } from "./log.ts";
 import type { Metrics } from "./metrics.ts";
+import type { Predicate } from "./predicates.ts";
 import { WorkQueue } from "./queue.ts";
+import type { Reflector } from "./reflector.ts";
+import type { Store } from "./store.ts";
 
 /** Default workers per controller; controller-runtime default 1. */
 export const DEFAULT_MAX_CONCURRENT_RECONCILES = 1;
@@ -34,6 +40,19 @@ export interface ReconcileResult {
   /** Re-add after this many ms. */
   requeueAfterMs?: number;
 }
+
+/**
+ * Decides what happens to a key whose reconcile threw (kube-rs `error_policy`): `undefined` or
+ * `{requeue: true}` re-adds it with per-key exponential backoff (the default), `{requeueAfterMs}`
+ * re-adds it after that delay (e.g. a server's Retry-After) keeping its failure count, `{}` does
+ * not re-add it (a terminal error: the next change of a watched object brings it back). The
+ * error is logged and counted as an error either way. Must not throw.
+ */
+export type ErrorPolicy = (
+  err: unknown,
+  key: string,
+  ctx: ReconcileContext,
+) => ReconcileResult | undefined;
 
 /** Given to each reconcile. */
 export interface ReconcileContext {
@@ -59,6 +78,8 @@ export interface ControllerOptions {
   /** Bound of one reconcile (ms); 0 = none. */
   reconcileTimeoutMs?: number;
   syncPeriodMs?: number;
+  /** Requeue decision after an error; default: backoff. See {@link ErrorPolicy}. */
+  errorPolicy?: ErrorPolicy;
   /** Keys of every primary object (for the sync period and for a new leader's first pass). */
   allKeys?: () => string[];
   metrics?: Metrics;
@@ -112,6 +133,11 @@ export class Controller {
     }
   }
 
+  /** Number of workers {@link Controller.run} starts: `maxConcurrentReconciles`, at least 1. */
+  get workers(): number {
+    return Math.max(1, this.#o.maxConcurrentReconciles ?? DEFAULT_MAX_CONCURRENT_RECONCILES);
+  }
+
   /** Reconciles running now. */
   get activeWorkers(): number {
     return this.#active;
@@ -151,10 +177,11 @@ export class Controller {
     const signal = AbortSignal.any(signals);
     const started = performance.now();
     let result: "success" | "error" | "requeue" | "requeue_after" = "success";
+    const ctx: ReconcileContext = { signal, reconcileID, logger };
     this.#active++;
     this.#updateGauges();
     try {
-      const r = await o.reconcile(key, { signal, reconcileID, logger });
+      const r = await o.reconcile(key, ctx);
       if (r?.requeueAfterMs !== undefined && r.requeueAfterMs > 0) {
         result = "requeue_after";
         this.queue.forget(key);
@@ -168,11 +195,23 @@ export class Controller {
     } catch (err) {
       result = "error";
       o.metrics?.reconcileErrors.inc({ controller: this.name });
-      const delayMs = this.queue.addRateLimited(key);
+      let decision: ReconcileResult | undefined;
+      try {
+        decision = o.errorPolicy?.(err, key, ctx);
+      } catch (policyErr) {
+        logger.error("Error policy failed; retrying with backoff", {
+          error: errorText(policyErr),
+        });
+      }
+      let delayMs: number | undefined;
+      if (decision?.requeueAfterMs !== undefined && decision.requeueAfterMs > 0) {
+        delayMs = decision.requeueAfterMs;
+        this.queue.addAfter(key, delayMs);
+      } else if (!decision || decision.requeue) delayMs = this.queue.addRateLimited(key);
       const timedOut = signal.aborted && !this.#fence.signal.aborted;
       logger.error("Reconciler error", {
         error: timedOut ? `reconcile timed out after ${o.reconcileTimeoutMs} ms` : errorText(err),
-        retryInMs: Math.round(delayMs),
+        retryInMs: delayMs === undefined ? undefined : Math.round(delayMs),
         retries: this.queue.numRequeues(key),
       });
     } finally {
@@ -193,7 +232,7 @@ export class Controller {
    */
   async run(signal: AbortSignal, graceMs = 30_000): Promise<void> {
     const o = this.#o;
-    const workers = Math.max(1, o.maxConcurrentReconciles ?? DEFAULT_MAX_CONCURRENT_RECONCILES);
+    const workers = this.workers;
     o.metrics?.maxConcurrentReconciles.set({ controller: this.name }, workers);
     for (const k of o.allKeys?.() ?? []) this.queue.add(k);
     const syncMs = o.syncPeriodMs ?? DEFAULT_SYNC_PERIOD_MS;
@@ -232,4 +271,104 @@ export class Controller {
     clearInterval(gaugeTimer);
     this.#updateGauges();
   }
+}
+
+/**
+ * One shared cache of one resource (client-go `SharedIndexInformer`): a {@link Store} kept in
+ * sync by a {@link Reflector}. Made by {@link Manager.informer}, which returns the same informer
+ * for the same resource, namespace and selectors, so controllers that watch the same objects share
+ * one list+watch and one cache.
+ */
+export interface Informer<T extends KubeObject> {
+  /** Name in `/readyz` (`informer-<name>`) and logs: the resource's plural, made unique. */
+  readonly name: string;
+  /** What is watched. */
+  readonly resource: ResourceType;
+  /** Namespace watched; undefined for all namespaces (or a cluster-scoped resource). */
+  readonly namespace?: string;
+  /** Label selector of the list and watch, if any (Kubernetes label selector syntax). */
+  readonly labelSelector?: string;
+  /** Field selector of the list and watch, if any. */
+  readonly fieldSelector?: string;
+  /** The cache; read it in reconciles, never write it. */
+  readonly store: Store<T>;
+  /** Keeps the store in sync; the manager runs it. */
+  readonly reflector: Reflector<T>;
+}
+
+/**
+ * A resource a controller owns: each change of one of its objects enqueues the key of the
+ * object named by its controller ownerReference (`controller: true`), when that reference's kind
+ * and API group are the primary's (controller-runtime `Owns`, kube-rs `owns`). Deletions too, so
+ * a deleted owned object is re-created.
+ */
+export interface OwnedWatch {
+  /** The owned objects' informer; its store gets store.ts's `CONTROLLER_UID_INDEX` index. */
+  informer: Informer<KubeObject>;
+  /** Filters of its changes (all must pass); default none. */
+  predicates?: Predicate<KubeObject>[];
+}
+
+/**
+ * Any other resource a controller watches, with the function that maps one of its objects to
+ * the primary keys (`namespace/name`) to reconcile (controller-runtime `Watches` with
+ * `EnqueueRequestsFromMapFunc`, kube-rs `watches`).
+ */
+export interface MappedWatch<T extends KubeObject = KubeObject> {
+  /** The watched objects' informer. */
+  informer: Informer<T>;
+  /** Keys to enqueue for a change of `obj` (new state for updates; both states are mapped). */
+  map(obj: T): string[];
+  /** Filters of its changes (all must pass); default none. */
+  predicates?: Predicate<T>[];
+}
+
+/**
+ * A controller as declared by its user (controller-runtime's builder, kube-rs `Controller`): the
+ * primary resource, what it owns and watches, and how each key is reconciled. Given to
+ * {@link Manager.add}, which wires the informers' changes to the work queue and runs the workers
+ * while this replica leads.
+ */
+export interface ControllerDefinition<P extends KubeObject> {
+  /** Name in metrics (`controller` label) and logs; unique per manager. */
+  name: string;
+  /** The primary resource; its keys are what `reconcile` gets. */
+  for: Informer<P>;
+  /** Filters of primary changes (all must pass); default none: every change enqueues. */
+  predicates?: Predicate<P>[];
+  /** Owned resources, mapped to their owner through the controller ownerReference. */
+  owns?: OwnedWatch[];
+  /** Other watched resources with their mapping functions. */
+  watches?: MappedWatch[];
+  /** Reconciles one key; see {@link ReconcileFn}. */
+  reconcile: ReconcileFn;
+  /** Requeue decision after an error; default backoff. See {@link ErrorPolicy}. */
+  errorPolicy?: ErrorPolicy;
+  /** Workers; default the manager's, else {@link DEFAULT_MAX_CONCURRENT_RECONCILES}. */
+  maxConcurrentReconciles?: number;
+  /** Bound of one reconcile (ms; 0 = none); default the manager's. */
+  reconcileTimeoutMs?: number;
+  /** Every primary key is reconciled again this often (ms); default the manager's. */
+  syncPeriodMs?: number;
+}
+
+/** The API group of an apiVersion: `apps` of `apps/v1`, "" for the core `v1`. */
+function groupOf(apiVersion: string): string {
+  const slash = apiVersion.indexOf("/");
+  return slash < 0 ? "" : apiVersion.slice(0, slash);
+}
+
+/**
+ * A mapping function: the key (`namespace/name`) of the object's controller owner when that owner
+ * is of `owner`'s kind and API group (any version), else none. Owners are in the object's
+ * namespace (cluster-scoped owners of namespaced objects are keyed by name alone); Kubernetes
+ * "Owners and dependents" forbids a namespaced owner in another namespace.
+ */
+export function controllerOwnerKeys(owner: ResourceType): (obj: KubeObject) => string[] {
+  const group = groupOf(owner.apiVersion);
+  return (obj) => {
+    const ref = obj.metadata?.ownerReferences?.find((r) => r.controller);
+    if (!ref || ref.kind !== owner.kind || groupOf(ref.apiVersion) !== group) return [];
+    return [owner.namespaced ? `${obj.metadata?.namespace}/${ref.name}` : ref.name];
+  };
 }

@@ -69,7 +69,7 @@ export class Store<T extends KubeObject> {
   #items = new Map<string, T>();
   #indexes = new Map<string, Map<string, Set<string>>>();
   /** Each index function with its map (value → keys), in a list walked on every change. */
-  #indexList: { fn: IndexFunc<T>; idx: Map<string, Set<string>> }[] = [];
+  #indexList: { fn(obj: T): string[]; idx: Map<string, Set<string>> }[] = [];
   #handlers: StoreHandler<T>[] = [];
   #keepManagedFields: boolean;
   #onHandlerError: (err: unknown) => void;
@@ -83,6 +83,30 @@ export class Store<T extends KubeObject> {
     }
     this.#keepManagedFields = !!o.keepManagedFields;
     this.#onHandlerError = o.onHandlerError ?? ((e) => console.error(e));
+  }
+
+  /**
+   * Adds a named index, computed at once over the cached objects and kept up to date after.
+   * Adding the same function under the same name again does nothing (informers shared between
+   * controllers may each ask for it).
+   * @throws Error when `name` already indexes with a different function.
+   */
+  addIndex(name: string, fn: IndexFunc<T>): void {
+    const existing = this.#indexList.find((e) => this.#indexes.get(name) === e.idx);
+    if (existing) {
+      if (existing.fn === fn) return;
+      throw new Error(`index ${name} already exists with another function`);
+    }
+    const idx = new Map<string, Set<string>>();
+    this.#indexes.set(name, idx);
+    this.#indexList.push({ fn, idx });
+    for (const [key, obj] of this.#items) {
+      for (const v of fn(obj)) {
+        let s = idx.get(v);
+        if (!s) idx.set(v, s = new Set());
+        s.add(key);
+      }
+    }
   }
 
   /** Registers a handler; it is told about future changes only. */
