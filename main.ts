@@ -14,7 +14,6 @@ import { Manager } from "./lib/runtime/manager.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
 import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
-import type { LogLevel } from "@logtape/logtape";
 
 /** Prints one line on stderr and exits 1. */
 function fail(message: string): never {
@@ -35,7 +34,7 @@ async function whoAmI(client: KubeClient): Promise<string> {
         plural: "selfsubjectreviews",
         namespaced: false,
       },
-      { apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" } as never,
+      { apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" },
       { signal },
     );
     const user = r.status?.userInfo?.username ?? "";
@@ -70,7 +69,7 @@ async function main(): Promise<number> {
   try {
     parsed = parseFlags(Deno.args);
   } catch (err) {
-    fail(`${(err as Error).message} (see --help)`);
+    fail(`${errorText(err)} (see --help)`);
   }
   if (parsed.kind === "help") {
     console.log(helpText());
@@ -81,7 +80,7 @@ async function main(): Promise<number> {
     return 0;
   }
   const v = parsed.values;
-  await setupLogging(v["log-level"] as LogLevel, v["log-format"] as "json" | "console");
+  await setupLogging(v["log-level"], v["log-format"]);
   const logger = log("main");
 
   const metrics = new Metrics();
@@ -90,15 +89,15 @@ async function main(): Promise<number> {
   let user: string;
   try {
     const config = loadClusterConfig({
-      kubeconfig: (v["kubeconfig"] as string) || undefined,
-      context: (v["context"] as string) || undefined,
+      kubeconfig: v["kubeconfig"] || undefined,
+      context: v["context"] || undefined,
       serviceAccountDir: Deno.env.get("APPSERVICE_SERVICE_ACCOUNT_DIR") || undefined,
     });
     client = new KubeClient(config, {
       userAgent:
         `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) deno/${Deno.version.deno}`,
-      qps: v["kube-api-qps"] as number,
-      burst: (v["kube-api-burst"] as number) || undefined,
+      qps: v["kube-api-qps"],
+      burst: v["kube-api-burst"] || undefined,
       maxRetries: 2,
       onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
     });
@@ -148,29 +147,28 @@ async function main(): Promise<number> {
     client,
     leaderElectionClient: leaderClient,
     metrics,
-    metricsBindAddress: v["metrics-bind-address"] as string,
-    healthProbeBindAddress: v["health-probe-bind-address"] as string,
-    leaderElect: v["leader-elect"] as boolean,
-    leaderElectionNamespace: (v["leader-election-namespace"] as string) || config.namespace,
-    leaderElectionId: v["leader-election-id"] as string,
-    leaseDurationSeconds: (v["leader-elect-lease-duration"] as number) / 1000,
-    renewDeadlineMs: v["leader-elect-renew-deadline"] as number,
-    retryPeriodMs: v["leader-elect-retry-period"] as number,
+    metricsBindAddress: v["metrics-bind-address"],
+    healthProbeBindAddress: v["health-probe-bind-address"],
+    leaderElect: v["leader-elect"],
+    leaderElectionNamespace: v["leader-election-namespace"] || config.namespace,
+    leaderElectionId: v["leader-election-id"],
+    leaseDurationSeconds: v["leader-elect-lease-duration"] / 1000,
+    renewDeadlineMs: v["leader-elect-renew-deadline"],
+    retryPeriodMs: v["leader-elect-retry-period"],
     identity,
-    maxConcurrentReconciles: Math.max(1, v["max-concurrent-reconciles"] as number),
-    reconcileTimeoutMs: v["reconcile-timeout"] as number,
-    syncPeriodMs: v["sync-period"] as number,
-    gracefulShutdownTimeoutMs: v["graceful-shutdown-timeout"] as number,
-    watchNamespace: v["watch-namespace"] as string,
-    watchIdleTimeoutMs: v["watch-idle-timeout"] as number,
-    useWatchList: v["watch-list"] as boolean,
+    maxConcurrentReconciles: Math.max(1, v["max-concurrent-reconciles"]),
+    reconcileTimeoutMs: v["reconcile-timeout"],
+    syncPeriodMs: v["sync-period"],
+    gracefulShutdownTimeoutMs: v["graceful-shutdown-timeout"],
+    watchNamespace: v["watch-namespace"],
+    watchIdleTimeoutMs: v["watch-idle-timeout"],
+    useWatchList: v["watch-list"],
   });
   addAppServiceController(manager);
   try {
     return await manager.run(stop.signal);
   } catch (err) {
-    const e = err as Error;
-    if (e?.name === "AddrInUse") fail(`cannot listen: ${e.message}`);
+    if (err instanceof Error && err.name === "AddrInUse") fail(`cannot listen: ${err.message}`);
     fail(errorText(err));
   } finally {
     client.close();

@@ -21,16 +21,23 @@ import { decodeWatchBatches, type ObjectWatchEvent, WatchIdleError } from "./wat
 
 /** Any Kubernetes object. */
 export interface KubeObject {
+  /** `group/version` of the object's type, e.g. `v1` or `apps/v1` (absent in some list items). */
   apiVersion?: string;
+  /** Kind of the object, e.g. `Pod`. */
   kind?: string;
+  /** Standard object metadata (name, namespace, uid, resourceVersion, labels, ownerReferences...). */
   metadata?: ObjectMeta;
 }
 
 /** A list answer: items plus `metadata.resourceVersion` and `metadata.continue`. */
 export interface ObjectList<T> {
+  /** `group/version` of the list, e.g. `v1`. */
   apiVersion?: string;
+  /** Kind of the list, e.g. `PodList`. */
   kind?: string;
+  /** `resourceVersion` to watch from; `continue` token of the next page, if any. */
   metadata: { resourceVersion?: string; continue?: string; remainingItemCount?: number };
+  /** The objects of this page. */
   items: T[];
 }
 
@@ -72,7 +79,9 @@ export interface CallOptions {
 
 /** Options of a list call (one page). */
 export interface ListOptions extends CallOptions {
+  /** Label selector (Kubernetes label selector syntax, e.g. `app=a,tier!=db`). */
   labelSelector?: string;
+  /** Field selector, e.g. `metadata.name=x` or `status.phase=Running`. */
   fieldSelector?: string;
   /** Page size; the apiserver returns at most this many items and a `continue` token. */
   limit?: number;
@@ -80,12 +89,15 @@ export interface ListOptions extends CallOptions {
   continue?: string;
   /** "" or unset: from etcd (consistent); "0": any cached version. */
   resourceVersion?: string;
+  /** How `resourceVersion` is matched (Kubernetes API concepts, "Resource versions"). */
   resourceVersionMatch?: "NotOlderThan" | "Exact";
 }
 
 /** Options of a watch call. */
 export interface WatchOptions extends CallOptions {
+  /** Label selector (Kubernetes label selector syntax). */
   labelSelector?: string;
+  /** Field selector, e.g. `metadata.name=x`. */
   fieldSelector?: string;
   /** Start after this resourceVersion. */
   resourceVersion?: string;
@@ -95,6 +107,7 @@ export interface WatchOptions extends CallOptions {
   timeoutSeconds?: number;
   /** WatchList (KEP-3157): the initial state comes as ADDED events, ended by a bookmark. */
   sendInitialEvents?: boolean;
+  /** With `sendInitialEvents`: `NotOlderThan` (the only value the apiserver accepts then). */
   resourceVersionMatch?: "NotOlderThan";
   /** Client idle bound: no byte for this long (ms) ends the stream with WatchIdleError; 0: none. */
   idleTimeoutMs?: number;
@@ -122,7 +135,9 @@ export interface PatchOptions extends CallOptions {
 
 /** Options of a create or update call. */
 export interface WriteOptions extends CallOptions {
+  /** Field manager recorded in managedFields. */
   fieldManager?: string;
+  /** e.g. `status` (an update of the status subresource). */
   subresource?: string;
   /** Server-side dry run (`dryRun=All`): admission and validation run, nothing is stored. */
   dryRun?: boolean;
@@ -130,7 +145,9 @@ export interface WriteOptions extends CallOptions {
 
 /** Options of a delete call (DeleteOptions). */
 export interface DeleteOptions extends CallOptions {
+  /** How dependents are deleted (garbage collector); the apiserver's default per resource when unset. */
   propagationPolicy?: "Foreground" | "Background" | "Orphan";
+  /** Seconds before the object is deleted for good (Pods: termination grace); 0 = at once. */
   gracePeriodSeconds?: number;
   /** Delete only if the object still has this uid / resourceVersion (else 409 Conflict). */
   preconditions?: { uid?: string; resourceVersion?: string };
@@ -170,7 +187,11 @@ export class KubeClient {
   #bucket: TokenBucket;
   #host: string;
 
-  /** @param config the resolved connection; @param opts see {@link ClientOptions} */
+  /**
+   * A client of the apiserver `config` names; no request is sent until a verb is called.
+   * @param config the resolved connection ({@link loadClusterConfig})
+   * @param opts see {@link ClientOptions}
+   */
   constructor(config: ClusterConfig, opts: ClientOptions = {}) {
     this.config = config;
     this.#creds = new CredentialProvider(config);

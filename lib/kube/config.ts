@@ -20,9 +20,13 @@ import { ConfigError } from "./errors.ts";
 
 /** An exec credential plugin as declared in a kubeconfig user (client.authentication.k8s.io). */
 export interface ExecConfig {
+  /** ExecCredential version the plugin speaks: `client.authentication.k8s.io/v1` or `v1beta1`. */
   apiVersion: string;
+  /** The plugin's executable (a relative path is resolved against `baseDir`). */
   command: string;
+  /** Arguments of the command. */
   args?: string[];
+  /** Extra environment variables of the command. */
   env?: { name: string; value: string }[];
   /** Whether the plugin wants the cluster info in KUBERNETES_EXEC_INFO (ignored beyond the flag). */
   provideClusterInfo?: boolean;

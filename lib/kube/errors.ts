@@ -10,12 +10,17 @@
 
 /** The `metav1.Status` object the apiserver returns with an error (Kubernetes API conventions). */
 export interface Status {
+  /** Always `Status`. */
   kind?: "Status";
+  /** Always `v1`. */
   apiVersion?: string;
+  /** `Failure` for an error. */
   status?: "Success" | "Failure";
+  /** Human-readable description; never branch on it. */
   message?: string;
   /** Machine-readable reason, e.g. `NotFound`, `Conflict`, `AlreadyExists`, `Expired`, `Invalid`. */
   reason?: string;
+  /** What the error is about: the object, its fields' causes, and a suggested retry delay (s). */
   details?: {
     name?: string;
     group?: string;

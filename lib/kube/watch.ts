@@ -20,7 +20,10 @@ export type ObjectWatchEvent<T> = Exclude<WatchEvent<T>, { type: "ERROR" }>;
 export class WatchIdleError extends Error {
   /** The bound that was exceeded (ms). */
   readonly idleMs: number;
-  /** @param idleMs the bound that was exceeded (ms) */
+  /**
+   * The error for a stream silent past its bound.
+   * @param idleMs the bound that was exceeded (ms)
+   */
   constructor(idleMs: number) {
     super(`watch stream delivered nothing for ${idleMs} ms`);
     this.name = "WatchIdleError";

@@ -28,7 +28,10 @@ export class FakeClock implements Clock {
   #seq = 0;
   #timers = new Map<number, { at: number; fn: () => void }>();
 
-  /** @param startMs initial time (ms) */
+  /**
+   * A clock standing still at `startMs` until {@link FakeClock.advance} moves it.
+   * @param startMs initial time (ms since the epoch)
+   */
   constructor(startMs = 1_700_000_000_000) {
     this.#now = startMs;
   }

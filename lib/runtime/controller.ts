@@ -17,11 +17,10 @@
  *
  * @module
  */
-import type { Logger } from "@logtape/logtape";
 import type { KubeObject } from "../kube/client.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
-import { errorText, log } from "./log.ts";
+import { errorText, log, type Logger } from "./log.ts";
 import type { Metrics } from "./metrics.ts";
 import type { Predicate } from "./predicates.ts";
 import { WorkQueue } from "./queue.ts";
@@ -72,18 +71,25 @@ export type ReconcileFn = (
 
 /** Options of {@link Controller}. */
 export interface ControllerOptions {
+  /** Name in metrics (`controller` and queue `name` labels) and logs. */
   name: string;
+  /** Reconciles one key. */
   reconcile: ReconcileFn;
+  /** Workers (at least 1); default {@link DEFAULT_MAX_CONCURRENT_RECONCILES}. */
   maxConcurrentReconciles?: number;
   /** Bound of one reconcile (ms); 0 = none. */
   reconcileTimeoutMs?: number;
+  /** Every key of `allKeys` is added again this often (ms, ±10% jitter); 0 = never. Default {@link DEFAULT_SYNC_PERIOD_MS}. */
   syncPeriodMs?: number;
   /** Requeue decision after an error; default: backoff. See {@link ErrorPolicy}. */
   errorPolicy?: ErrorPolicy;
   /** Keys of every primary object (for the sync period and for a new leader's first pass). */
   allKeys?: () => string[];
+  /** Where its metrics go; default none. */
   metrics?: Metrics;
+  /** Time for the queue's delays and the sync period; default the real clock. */
   clock?: Clock;
+  /** The work queue; default a new one with client-go's rate limits and the metric hooks. */
   queue?: WorkQueue;
 }
 
@@ -91,6 +97,7 @@ export interface ControllerOptions {
 export class Controller {
   /** The work queue; informer handlers add keys to it. */
   readonly queue: WorkQueue;
+  /** Name given in {@link ControllerOptions}. */
   readonly name: string;
   #o: ControllerOptions;
   #clock: Clock;
@@ -99,7 +106,11 @@ export class Controller {
   #fence = new AbortController();
   #active = 0;
 
-  /** @param o see {@link ControllerOptions} */
+  /**
+   * A controller with its queue (and its metrics series at 0); workers start with
+   * {@link Controller.run}.
+   * @param o see {@link ControllerOptions}
+   */
   constructor(o: ControllerOptions) {
     this.#o = o;
     this.name = o.name;

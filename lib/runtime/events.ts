@@ -23,6 +23,7 @@ export const EVENT_QUEUE_LIMIT = 1_000;
 
 /** What one event says. */
 export interface EventSpec {
+  /** `Normal` for what went as intended, `Warning` for what needs attention. */
   type: "Normal" | "Warning";
   /** Short UpperCamelCase reason, e.g. `PodCreated`. */
   reason: string;
@@ -49,6 +50,7 @@ export class EventRecorder {
   dropped = 0;
 
   /**
+   * A recorder writing through `client`; nothing is written until {@link EventRecorder.record}.
    * @param client writes the events
    * @param reportingController e.g. `apps.our-org.com/appservice-operator`
    * @param reportingInstance this process's identity

@@ -34,11 +34,16 @@ import {
 } from "./controller.ts";
 import { EventRecorder } from "./events.ts";
 import { checksHandler, informerCheck, parseBindAddress, serveRoutes } from "./health.ts";
-import { LeaderElector } from "./leader.ts";
+import {
+  LeaderElector,
+  LEASE_DURATION_SECONDS,
+  RENEW_DEADLINE_MS,
+  RETRY_PERIOD_MS,
+} from "./leader.ts";
 import { errorText, log } from "./log.ts";
-import type { Metrics } from "./metrics.ts";
+import { Metrics } from "./metrics.ts";
 import { passes, type Predicate } from "./predicates.ts";
-import { Reflector, type ReflectorEvent } from "./reflector.ts";
+import { DEFAULT_WATCH_IDLE_TIMEOUT_MS, Reflector, type ReflectorEvent } from "./reflector.ts";
 import {
   CONTROLLER_UID_INDEX,
   controllerUidIndex,
@@ -47,38 +52,68 @@ import {
   Store,
 } from "./store.ts";
 
-/** Options of {@link Manager}; durations in ms unless the name says seconds. */
+/**
+ * Options of {@link Manager}; durations in ms unless the name says seconds. Only `client` is
+ * required; the defaults are controller-runtime's and client-go's.
+ */
 export interface ManagerOptions {
+  /** Client of informers, reconcilers and Events. */
   client: KubeClient;
   /**
    * Client for the Lease only (default: `client`). A separate one keeps renewals out of the
    * reconcilers' client-side rate limit, so a busy leader does not lose its own Lease.
    */
   leaderElectionClient?: KubeClient;
-  metrics: Metrics;
-  /** `host:port`, `:port` or `0` (disabled). */
-  metricsBindAddress: string;
-  healthProbeBindAddress: string;
-  leaderElect: boolean;
-  leaderElectionNamespace: string;
-  leaderElectionId: string;
-  leaseDurationSeconds: number;
-  renewDeadlineMs: number;
-  retryPeriodMs: number;
-  /** Lease holder identity. */
-  identity: string;
+  /** Metrics served on `/metrics`; default a new {@link Metrics}. */
+  metrics?: Metrics;
+  /** Address of `/metrics`: `host:port`, `:port` or `0` (disabled, the default). */
+  metricsBindAddress?: string;
+  /** Address of `/healthz` and `/readyz`: `host:port`, `:port` or `0` (disabled, the default). */
+  healthProbeBindAddress?: string;
+  /** Reconcile only while holding the Lease (several replicas); default false: always. */
+  leaderElect?: boolean;
+  /** Namespace of the Lease; default the client's namespace (kubeconfig context or pod's). */
+  leaderElectionNamespace?: string;
+  /** Name of the Lease (coordination.k8s.io/v1); required with `leaderElect`. */
+  leaderElectionId?: string;
+  /** How long a Lease is valid without renewal (s); default 15 (client-go). */
+  leaseDurationSeconds?: number;
+  /** A leader that cannot renew within this stops every write, `run` resolves 1; default 10 s. */
+  renewDeadlineMs?: number;
+  /** Interval of Lease attempts; default 2 s (client-go). */
+  retryPeriodMs?: number;
+  /** Lease holder identity and Events' `reportingInstance`; default a random UUID. */
+  identity?: string;
   /** Default workers of each controller (a {@link ControllerDefinition} may set its own). */
   maxConcurrentReconciles?: number;
   /** Default bound of one reconcile (ms; 0 = none). */
   reconcileTimeoutMs?: number;
   /** Default resync period of each controller (ms). */
   syncPeriodMs?: number;
-  gracefulShutdownTimeoutMs: number;
-  /** Default namespace of informers (one namespace only); "" for all. */
-  watchNamespace: string;
-  watchIdleTimeoutMs: number;
-  useWatchList: boolean;
+  /** After the signal, how long in-flight reconciles may finish; default 30 s (controller-runtime). */
+  gracefulShutdownTimeoutMs?: number;
+  /** Default namespace of informers (one namespace only); "" (the default) for all. */
+  watchNamespace?: string;
+  /** A watch silent (no byte, bookmarks included) this long is reconnected; default 3 min. */
+  watchIdleTimeoutMs?: number;
+  /** Informers start with WatchList (KEP-3157) where the apiserver supports it; default false. */
+  useWatchList?: boolean;
 }
+
+/** Default of {@link ManagerOptions.gracefulShutdownTimeoutMs}; controller-runtime's 30 s. */
+export const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS = 30_000;
+
+/** Options that stay optional after defaults: per-controller defaults, and the Lease client. */
+type StillOptional =
+  | "leaderElectionClient"
+  | "maxConcurrentReconciles"
+  | "reconcileTimeoutMs"
+  | "syncPeriodMs";
+
+/** {@link ManagerOptions} with every default filled in. */
+type ResolvedOptions =
+  & Required<Omit<ManagerOptions, StillOptional>>
+  & Pick<ManagerOptions, StillOptional>;
 
 /** Options of {@link Manager.informer}. */
 export interface InformerOptions<T extends KubeObject> {
@@ -94,7 +129,7 @@ export interface InformerOptions<T extends KubeObject> {
 
 /** The operator process; see the module doc. */
 export class Manager {
-  #o: ManagerOptions;
+  #o: ResolvedOptions;
   #log = log("manager");
   #informers = new Map<string, Informer<KubeObject>>();
   #controllers: { controller: Controller; informers: Informer<KubeObject>[] }[] = [];
@@ -103,14 +138,42 @@ export class Manager {
   /** Ports actually bound (for tests that bind port 0). */
   readonly ports: { metrics?: number; health?: number } = {};
 
-  /** @param o see {@link ManagerOptions} */
+  /**
+   * A manager with no informer or controller yet; nothing runs until {@link Manager.run}.
+   * @param o see {@link ManagerOptions}
+   */
   constructor(o: ManagerOptions) {
-    this.#o = o;
+    this.#o = {
+      ...o,
+      metrics: o.metrics ?? new Metrics(),
+      metricsBindAddress: o.metricsBindAddress ?? "0",
+      healthProbeBindAddress: o.healthProbeBindAddress ?? "0",
+      leaderElect: o.leaderElect ?? false,
+      leaderElectionNamespace: o.leaderElectionNamespace || o.client.config.namespace,
+      leaderElectionId: o.leaderElectionId ?? "",
+      leaseDurationSeconds: o.leaseDurationSeconds ?? LEASE_DURATION_SECONDS,
+      renewDeadlineMs: o.renewDeadlineMs ?? RENEW_DEADLINE_MS,
+      retryPeriodMs: o.retryPeriodMs ?? RETRY_PERIOD_MS,
+      identity: o.identity || crypto.randomUUID(),
+      gracefulShutdownTimeoutMs: o.gracefulShutdownTimeoutMs ??
+        DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS,
+      watchNamespace: o.watchNamespace ?? "",
+      watchIdleTimeoutMs: o.watchIdleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
+      useWatchList: o.useWatchList ?? false,
+    };
+    if (this.#o.leaderElect && !this.#o.leaderElectionId) {
+      throw new Error("leaderElect needs a leaderElectionId (the Lease's name)");
+    }
   }
 
   /** The client controllers read and write through. */
   get client(): KubeClient {
     return this.#o.client;
+  }
+
+  /** The metrics served on `/metrics` (e.g. to count a client's requests with `restRequests`). */
+  get metrics(): Metrics {
+    return this.#o.metrics;
   }
 
   /** This process's identity (Lease holder, Events' `reportingInstance`). */

@@ -93,12 +93,17 @@ export type ReflectorEvent =
 
 /** Options of {@link Reflector}. */
 export interface ReflectorOptions<T extends KubeObject> {
+  /** Lists and watches through this client. */
   client: KubeClient;
+  /** The resource to mirror. */
   resource: ResourceType;
+  /** The cache to keep equal to the apiserver's state (the reflector owns its writes). */
   store: Store<T>;
   /** Limit to one namespace; default all. */
   namespace?: string;
+  /** Label selector of the list and watch; only matching objects are cached. */
   labelSelector?: string;
+  /** Field selector of the list and watch. */
   fieldSelector?: string;
   /** Page size of lists; default {@link DEFAULT_LIST_PAGE_SIZE}. */
   pageSize?: number;
@@ -117,7 +122,9 @@ export interface ReflectorOptions<T extends KubeObject> {
   useWatchList?: boolean;
   /** Told about each step. Must not throw. */
   onEvent?: (ev: ReflectorEvent) => void;
+  /** Time for backoff and failure tracking; default the real clock. */
   clock?: Clock;
+  /** Source of jitter in [0, 1); default Math.random. */
   random?: () => number;
 }
 
@@ -142,7 +149,10 @@ export class Reflector<T extends KubeObject> {
    */
   #watchRv = "";
 
-  /** @param o see {@link ReflectorOptions} */
+  /**
+   * A reflector for one resource; it lists and watches once {@link Reflector.run} is called.
+   * @param o see {@link ReflectorOptions}
+   */
   constructor(o: ReflectorOptions<T>) {
     this.#o = o;
     this.#clock = o.clock ?? realClock;

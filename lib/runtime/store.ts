@@ -40,8 +40,11 @@ export type IndexFunc<T> = (obj: T) => string[];
 
 /** Receives cache changes. `update` gets old and new; `delete` gets the last known state. */
 export interface StoreHandler<T> {
+  /** An object entered the cache (first seen, or seen again after a relist). */
   add?(obj: T): void;
+  /** An object changed (new resourceVersion): its previous and new state. */
   update?(oldObj: T, newObj: T): void;
+  /** An object left the cache: its last known state. */
   delete?(obj: T): void;
 }
 
@@ -74,7 +77,10 @@ export class Store<T extends KubeObject> {
   #keepManagedFields: boolean;
   #onHandlerError: (err: unknown) => void;
 
-  /** @param o see {@link StoreOptions} */
+  /**
+   * An empty store with the given indexes.
+   * @param o see {@link StoreOptions}
+   */
   constructor(o: StoreOptions<T> = {}) {
     for (const [name, fn] of Object.entries(o.indexes ?? {})) {
       const idx = new Map<string, Set<string>>();
