@@ -65,7 +65,7 @@ async function main(): Promise<number> {
   if (!quick) {
     await check("fmt", ["fmt", "--check"]);
     await check("lint", ["lint"]);
-    await check("types", ["check", "main.ts", "lib/", "tests/", "scripts/", "bench/"]);
+    await check("types", ["check", "main.ts", "lib/", "tests/", "scripts/", "bench/", "examples/"]);
     await check("crd-fresh", ["run", "--allow-read", "lib/appservice/crd_gen.ts", "--check"]);
   }
 

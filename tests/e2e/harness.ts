@@ -173,10 +173,13 @@ export interface Operator {
  * Starts the operator (`deno run <start flags> main.ts`) against the test cluster.
  * @param args extra flags; `--kubeconfig` defaults to the admin kubeconfig
  * @param env extra environment
+ * @param entry the program (default main.ts; e.g. an example controller taking the same
+ *   `--kubeconfig`, `--health-probe-bind-address` and `--metrics-bind-address` flags)
  */
 export async function startOperator(
   args: string[] = [],
   env: Record<string, string> = {},
+  entry = `${REPO}/main.ts`,
 ): Promise<Operator> {
   const info = await cluster();
   const healthPort = freePort();
@@ -187,7 +190,7 @@ export async function startOperator(
     args: [
       "run",
       ...perms,
-      `${REPO}/main.ts`,
+      entry,
       ...(hasKubeconfig ? [] : [`--kubeconfig=${info.kubeconfig}`]),
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,

@@ -1,8 +1,10 @@
 /**
  * Layers only look down (DESIGN.md): lib/kube imports nothing of lib/runtime, lib/appservice or
- * the entry points; lib/runtime nothing of lib/appservice or the entry points. The import
+ * the entry points; lib/runtime nothing of lib/appservice or the entry points; the example
+ * controllers under examples/ reach the library only through its entry modules (lib/kube/mod.ts,
+ * lib/runtime/mod.ts), which is what makes them proof that the public surface suffices. The import
  * specifiers (static `import`/`export ... from`, side-effect imports, dynamic `import("...")`) of
- * every .ts file under lib/ are parsed and resolved against the file.
+ * every .ts file under lib/ and examples/ are parsed and resolved against the file.
  */
 import { assert, assertEquals } from "../assert.ts";
 
@@ -92,5 +94,24 @@ Deno.test("layering: lib/kube and lib/runtime import nothing from the layers abo
   }
   // The runtime imports the client, so a parser that found nothing would fail here.
   assert(checked > 20, `only ${checked} relative imports found under lib/kube and lib/runtime`);
+  assertEquals(violations, []);
+});
+
+Deno.test("layering: examples import the library only through lib/kube/mod.ts and lib/runtime/mod.ts", () => {
+  const entries = ["lib/kube/mod.ts", "lib/runtime/mod.ts"].map((p) => new URL(p, REPO).href);
+  const violations: string[] = [];
+  let checked = 0;
+  for (const file of tsFiles(new URL("examples/", REPO))) {
+    for (const spec of importSpecifiers(Deno.readTextFileSync(file))) {
+      if (!spec.startsWith(".") && !spec.startsWith("/")) continue;
+      const target = new URL(spec, file);
+      if (!target.href.startsWith(LIB.href)) continue; // the example's own modules
+      checked++;
+      if (!entries.includes(target.href)) {
+        violations.push(`${file.href.slice(REPO.href.length)} imports ${spec}`);
+      }
+    }
+  }
+  assert(checked >= 2, `only ${checked} library imports found under examples/`);
   assertEquals(violations, []);
 });
