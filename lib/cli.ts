@@ -39,8 +39,11 @@ export interface FlagSpec {
   help: string;
 }
 
-/** The table, with its literal types kept so that {@link FlagValues} is inferred from it. */
-const FLAG_TABLE = [
+/**
+ * The flag table with its literal types kept, so that {@link FlagValues} is inferred from it;
+ * {@link FLAGS} is the same table seen as {@link FlagSpec}s.
+ */
+export const FLAG_TABLE = [
   {
     name: "kubeconfig",
     env: "KUBECONFIG",
@@ -225,8 +228,8 @@ export type FlagValue<K extends FlagKind, C = never> = K extends "boolean" ? boo
   : K extends "enum" ? C
   : string;
 
-/** One flag's parsed type, from its table entry. */
-type ValueOfSpec<F> = F extends { kind: "enum"; choices: readonly (infer C)[] } ? C
+/** One flag's parsed type, from its table entry (an enum's choices, else by its kind). */
+export type ValueOfSpec<F> = F extends { kind: "enum"; choices: readonly (infer C)[] } ? C
   : F extends { kind: infer K extends FlagKind } ? FlagValue<K>
   : never;
 

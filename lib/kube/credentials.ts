@@ -42,7 +42,11 @@ export class CredentialProvider {
   #now: () => number;
   #pending?: Promise<Credential>;
 
-  /** @param config the resolved connection; @param now clock in ms (injected for tests). */
+  /**
+   * A provider of `config`'s credential; nothing is read or run until it is first asked for.
+   * @param config the resolved connection
+   * @param now clock in ms (injected for tests)
+   */
   constructor(config: ClusterConfig, now: () => number = Date.now) {
     this.#config = config;
     this.#now = now;

@@ -14,6 +14,7 @@ export class TokenBucket {
   #now: () => number;
 
   /**
+   * A full bucket.
    * @param qps average requests per second; 0 disables limiting
    * @param burst bucket size (requests allowed at once), at least 1
    * @param now clock in ms (injected for tests)

@@ -15,7 +15,9 @@ export const REFLECTOR_BACKOFF_RESET_MS = 120_000;
 
 /** Options of {@link Backoff}. All durations in ms. */
 export interface BackoffOptions {
+  /** First delay (ms). */
   initialMs: number;
+  /** Cap of the delay (ms), before jitter. */
   maxMs: number;
   /** Factor per step; default 2. */
   factor?: number;
@@ -35,7 +37,10 @@ export class Backoff {
   #steps = 0;
   #last = -Infinity;
 
-  /** @param o see {@link BackoffOptions} */
+  /**
+   * A backoff at its first step.
+   * @param o see {@link BackoffOptions}
+   */
   constructor(o: BackoffOptions) {
     this.#o = {
       factor: 2,

@@ -9,7 +9,9 @@
 
 /** A parsed bind address; undefined means disabled. */
 export interface BindAddress {
+  /** Interface to listen on; `0.0.0.0` for `:port`. */
   hostname: string;
+  /** TCP port; 0 picks a free one. */
   port: number;
 }
 

@@ -36,15 +36,23 @@ export function microTime(ms: number): string {
 
 /** Options of {@link LeaderElector}. */
 export interface LeaderElectorOptions {
+  /** Reads and writes the Lease. */
   client: KubeClient;
+  /** Namespace of the Lease. */
   namespace: string;
+  /** Name of the Lease (coordination.k8s.io/v1). */
   name: string;
   /** Holder identity, e.g. hostname plus a random suffix. */
   identity: string;
+  /** Validity of a Lease without renewal (s); default {@link LEASE_DURATION_SECONDS}. */
   leaseDurationSeconds?: number;
+  /** A leader not renewed within this (ms) stops leading; default {@link RENEW_DEADLINE_MS}. */
   renewDeadlineMs?: number;
+  /** Interval of attempts (ms); default {@link RETRY_PERIOD_MS}. */
   retryPeriodMs?: number;
+  /** Time of renewals and expiry; default the real clock. */
   clock?: Clock;
+  /** Jitter source in [0, 1); default Math.random. */
   random?: () => number;
   /** Called once when this candidate becomes leader. */
   onStartedLeading?: () => void;
@@ -72,7 +80,10 @@ export class LeaderElector {
   #leading = false;
   #lastRenewMs = 0;
 
-  /** @param o see {@link LeaderElectorOptions} */
+  /**
+   * A candidate; it competes for the Lease once {@link LeaderElector.run} is called.
+   * @param o see {@link LeaderElectorOptions}
+   */
   constructor(o: LeaderElectorOptions) {
     this.#o = {
       leaseDurationSeconds: LEASE_DURATION_SECONDS,
