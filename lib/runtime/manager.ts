@@ -30,6 +30,7 @@ import { Controller } from "./controller.ts";
 import { EventRecorder } from "./events.ts";
 import { checksHandler, informerCheck, parseBindAddress, serveRoutes } from "./health.ts";
 import { LeaderElector } from "./leader.ts";
+import { TerminatingNamespaces } from "./namespaces.ts";
 import { errorText, log } from "./log.ts";
 import type { Metrics } from "./metrics.ts";
 import { Reflector, type ReflectorEvent } from "./reflector.ts";
@@ -164,15 +165,24 @@ export class Manager {
       onHandlerError,
     });
 
-    const events = new EventRecorder(
-      o.client,
-      `${GROUP}/appservice-operator`,
-      o.identity,
-      (err) => this.#log.warn("Event not recorded", { error: errorText(err) }),
+    // Namespaces being deleted (S21): every AppService cached there is held back at once.
+    const terminating = new TerminatingNamespaces((ns) =>
+      appServices.list().filter((a) => a.metadata.namespace === ns).map((a) => a.metadata.uid!)
     );
+    const events = new EventRecorder(o.client, `${GROUP}/appservice-operator`, o.identity, {
+      onError: (err) => this.#log.warn("Event not recorded", { error: errorText(err) }),
+      terminating,
+    });
     const controller = new Controller({
       name: CONTROLLER_NAME,
-      reconcile: appServiceReconciler({ client: o.client, appServices, pods, services, events }),
+      reconcile: appServiceReconciler({
+        client: o.client,
+        appServices,
+        pods,
+        services,
+        events,
+        terminating,
+      }),
       maxConcurrentReconciles: o.maxConcurrentReconciles,
       reconcileTimeoutMs: o.reconcileTimeoutMs,
       syncPeriodMs: o.syncPeriodMs,
@@ -190,7 +200,7 @@ export class Manager {
           (oldObj.metadata?.finalizers ?? []).join() !== (newObj.metadata?.finalizers ?? []).join()
         ) controller.enqueue(objectKey(newObj));
       },
-      delete: () => {},
+      delete: (obj) => terminating.forget(obj.metadata.namespace, obj.metadata.uid),
     });
     const toOwner = (obj: KubeObject) => {
       const ref = obj.metadata?.ownerReferences?.find((r) => r.controller);
