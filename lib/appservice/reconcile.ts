@@ -444,7 +444,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       if (byOrdinal.has(i)) continue;
       const pod = desiredPod(as, i, hash);
       try {
-        await client.create<Pod>(PODS, pod, { fieldManager: FIELD_MANAGER, signal });
+        const made = await client.create<Pod>(PODS, pod, { fieldManager: FIELD_MANAGER, signal });
         created++;
         logger.info("Created Pod", { pod: pod.metadata?.name, specHash: hash });
         events.record(as, {
@@ -452,7 +452,8 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           reason: "PodCreated",
           action: "Create",
           note: `Created Pod ${pod.metadata?.name}`,
-          related: pod,
+          // With its uid: a Pod made again under the same name is another Event, not a repeat.
+          related: { ...pod, metadata: { ...pod.metadata, uid: made?.metadata?.uid } },
         });
       } catch (err) {
         if (namespaceClosed(as, err)) {

@@ -386,6 +386,10 @@ Deno.test("S18: the AppService names why a Pod is stuck (status, condition, Even
       const described = await kubectl("describe", "as", "-n", ns, "crashloop");
       console.log(`kubectl describe as -n ${ns} crashloop\n${described}`);
       assert(described.includes("CrashLoopBackOff"), described);
+      // The Event series shows as "(xN over ...)".
+      const pulling = await kubectl("describe", "as", "-n", ns, "pull-backoff");
+      console.log(`kubectl describe as -n ${ns} pull-backoff\n${pulling}`);
+      assert(/ImagePullBackOff.*\(x[3-9] over/.test(pulling), pulling);
     });
 
     await t.step("stuck and unchanged: the operator writes nothing (S9)", async () => {
