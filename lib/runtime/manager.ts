@@ -32,7 +32,7 @@ import {
   controllerOwnerKeys,
   type Informer,
 } from "./controller.ts";
-import { EventRecorder } from "./events.ts";
+import { EventRecorder, type EventRecorderOptions } from "./events.ts";
 import { checksHandler, informerCheck, parseBindAddress, serveRoutes } from "./health.ts";
 import {
   LeaderElector,
@@ -235,14 +235,17 @@ export class Manager {
    * An Event recorder (events.k8s.io/v1) reporting as `reportingController` (e.g.
    * `example.com/my-operator`) and this manager's identity; queued Events are flushed (for up to
    * 2 s) on shutdown.
+   * @param opts see {@link EventRecorderOptions} (e.g. `terminating`, the namespaces where
+   *   nothing is created any more); failed writes are logged at warning level.
    */
-  eventRecorder(reportingController: string): EventRecorder {
-    const r = new EventRecorder(
-      this.#o.client,
-      reportingController,
-      this.#o.identity,
-      (err) => this.#log.warn("Event not recorded", { error: errorText(err) }),
-    );
+  eventRecorder(
+    reportingController: string,
+    opts: Omit<EventRecorderOptions, "onError"> = {},
+  ): EventRecorder {
+    const r = new EventRecorder(this.#o.client, reportingController, this.#o.identity, {
+      ...opts,
+      onError: (err) => this.#log.warn("Event not recorded", { error: errorText(err) }),
+    });
     this.#recorders.push(r);
     return r;
   }
