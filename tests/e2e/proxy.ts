@@ -12,6 +12,8 @@
  *   open (a stalled stream: no FIN, no RST); new connections are accepted and stalled as well.
  *   {@link TcpProxy.resume} forwards NEW connections again; connections stalled before stay stuck
  *   until {@link TcpProxy.close}, which is what a half-dead middlebox does.
+ * - {@link TcpProxy.retarget}: new connections go to another port on 127.0.0.1 (a load balancer
+ *   moving to another apiserver).
  * - {@link TcpProxy.flap}: a flapping link: every `periodMs` every live connection is cut and new
  *   ones are refused for `downMs`, then forwarded again, until {@link TcpProxy.stopFlapping} (or
  *   close).
@@ -44,7 +46,7 @@ const MAX_PUMP_ITERATIONS = 10_000_000;
 export class TcpProxy {
   /** The port the proxy listens on (127.0.0.1). */
   readonly port: number;
-  readonly #targetPort: number;
+  #targetPort: number;
   readonly #listener: Deno.TcpListener;
   #mode: ProxyMode = "forward";
   #conns = new Map<number, Conn>();
@@ -101,6 +103,17 @@ export class TcpProxy {
     let n = 0;
     for (const c of this.#conns.values()) if (c.stalled) n++;
     return n;
+  }
+
+  /**
+   * Forwards new connections to `127.0.0.1:targetPort` from now on (live ones stay where they
+   * are): a load balancer moving to another apiserver.
+   */
+  retarget(targetPort: number): void {
+    if (!Number.isInteger(targetPort) || targetPort <= 0) {
+      throw new Error(`TcpProxy: bad target ${targetPort}`);
+    }
+    this.#targetPort = targetPort;
   }
 
   /** Closes every live connection; refuses (accepts and closes) new ones until resume(). */
