@@ -316,7 +316,8 @@ export class KubeClient {
    * rotated material too.
    */
   #armFileCheck(): void {
-    if (this.#fileCheckTimer !== undefined || this.#watches.size === 0) return;
+    if (!this.#creds.hasFiles || this.#fileCheckTimer !== undefined) return;
+    if (this.#watches.size === 0) return;
     const dueMs = this.#creds.lastCheckMs + CREDENTIAL_FILE_CHECK_MS - Date.now();
     this.#fileCheckTimer = setTimeout(async () => {
       this.#fileCheckTimer = undefined;
@@ -380,7 +381,7 @@ export class KubeClient {
           // The caller's own time bound (e.g. a Lease renewal's deadline) ran out without an
           // answer: that is a failure of the path; a shutdown is not.
           if (isTimeout(req.signal.reason)) {
-            this.#failed(err);
+            this.#failed(new Error(`${label}: no answer before the caller's deadline`));
             this.#creds.resetConnections();
           }
           throw req.signal.reason;
@@ -402,7 +403,11 @@ export class KubeClient {
         // The HTTP client was closed between get() and fetch() (the provider was closed): the
         // request never left, so it is safe to send again whatever its method.
         if (err instanceof Deno.errors.BadResource && attempt < maxRetries) continue;
-        this.#failed(err);
+        this.#failed(
+          timeout?.aborted
+            ? new Error(`${label}: no answer within ${this.#opts.requestTimeoutMs / 1000} s`)
+            : err,
+        );
         // No answer within the request timeout: the pooled connections may be dead (a network
         // path that drops packets); the next attempt, and every later request, gets a new one
         // (see resetConnections).
