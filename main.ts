@@ -9,6 +9,7 @@
 import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject } from "./lib/kube/client.ts";
 import { loadClusterConfig } from "./lib/kube/config.ts";
+import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { Manager } from "./lib/runtime/manager.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
@@ -84,6 +85,9 @@ async function main(): Promise<number> {
   const logger = log("main");
 
   const metrics = new Metrics();
+  // One view of the path to the apiserver for both clients: a Lease attempt that gets no answer,
+  // or one that gets through again, tells about the reconcilers' and watches' connections too.
+  const health = new ConnectionHealth();
   let client: KubeClient;
   let leaderClient: KubeClient;
   let user: string;
@@ -100,6 +104,7 @@ async function main(): Promise<number> {
       burst: v["kube-api-burst"] || undefined,
       maxRetries: 2,
       onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      health,
     });
     // Leader election gets its own client: no client-side rate limit shared with reconciles.
     leaderClient = new KubeClient(config, {
@@ -107,6 +112,7 @@ async function main(): Promise<number> {
         `deno/${Deno.version.deno} leader-election`,
       maxRetries: 0,
       onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      health,
     });
     user = await whoAmI(client);
   } catch (err) {
@@ -173,6 +179,7 @@ async function main(): Promise<number> {
   } finally {
     client.close();
     leaderClient.close();
+    health.close();
   }
 }
 
