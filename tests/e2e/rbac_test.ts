@@ -5,11 +5,11 @@
  * delete). Then, from the audit log: no request of the operator was forbidden, and every verb the
  * RBAC grants was used (patch on events: the Event series count).
  */
-import { parseAllDocuments, stringify } from "yaml";
 import { assertEquals } from "../assert.ts";
 import type { KubeObject } from "../../lib/kube/client.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
-import { EVENTS, NAMESPACES, PODS, type ResourceType } from "../../lib/kube/resources.ts";
+import { EVENTS, LEASES, PODS, type ResourceType } from "../../lib/kube/resources.ts";
+import { FLAGS } from "../../lib/cli.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
   admin,
@@ -24,14 +24,7 @@ import {
   waitFor,
 } from "./harness.ts";
 import { auditEvents, describe } from "./audit.ts";
-import {
-  CLUSTER_ROLE_BINDINGS,
-  CLUSTER_ROLES,
-  mintToken,
-  ROLE_BINDINGS,
-  ROLES,
-  SERVICE_ACCOUNTS,
-} from "./resources.ts";
+import { applyDeployRbac, mintToken, writeTokenKubeconfig } from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 
@@ -77,67 +70,21 @@ function runningReady() {
 const SA_NAMESPACE = "appservice-system";
 const SA_NAME = "appservice-operator";
 const SA_USER = `system:serviceaccount:${SA_NAMESPACE}:${SA_NAME}`;
-
-interface Rule {
-  apiGroups: string[];
-  resources: string[];
-  verbs: string[];
-}
-
-const KINDS: Record<string, ResourceType> = {
-  Namespace: NAMESPACES,
-  ServiceAccount: SERVICE_ACCOUNTS,
-  ClusterRole: CLUSTER_ROLES,
-  ClusterRoleBinding: CLUSTER_ROLE_BINDINGS,
-  Role: ROLES,
-  RoleBinding: ROLE_BINDINGS,
-};
-
-async function deployObjects(): Promise<(KubeObject & { rules?: Rule[] })[]> {
-  const out: (KubeObject & { rules?: Rule[] })[] = [];
-  for (const f of ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"]) {
-    const text = await Deno.readTextFile(`${REPO}/deploy/${f}`);
-    for (const doc of parseAllDocuments(text)) {
-      const o = doc.toJS() as KubeObject;
-      if (o?.kind && KINDS[o.kind]) out.push(o);
-    }
-  }
-  return out;
-}
+const LEASE_NAME = FLAGS.find((f) => f.name === "leader-election-id")!.default;
 
 Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (t) => {
   await installCrd();
   const c = await admin();
   const info = await cluster();
-  const objects = await deployObjects();
-  for (const o of objects) {
-    await c.patch(KINDS[o.kind!], o.metadata!.name!, o, {
-      namespace: o.metadata!.namespace,
-      type: "apply",
-      fieldManager: "appservice-e2e",
-      force: true,
-    });
-  }
+  const objects = await applyDeployRbac(c, REPO);
   const token = await mintToken(c, SA_NAMESPACE, SA_NAME, 3600);
   const dir = await Deno.makeTempDir({ prefix: "rbac-" });
   const kubeconfig = `${dir}/kubeconfig`;
-  await Deno.writeTextFile(
-    kubeconfig,
-    stringify({
-      apiVersion: "v1",
-      kind: "Config",
-      "current-context": "sa",
-      clusters: [{
-        name: "local",
-        cluster: { server: info.server, "certificate-authority": info.caCertFile },
-      }],
-      users: [{ name: "sa", user: { token } }],
-      contexts: [{
-        name: "sa",
-        context: { cluster: "local", user: "sa", namespace: SA_NAMESPACE },
-      }],
-    }),
-  );
+  await writeTokenKubeconfig(kubeconfig, info.server, info.caCertFile, token, SA_NAMESPACE);
+  // The operator must create the Lease itself (the `create` verb is checked below).
+  await c.delete(LEASES, LEASE_NAME, { namespace: SA_NAMESPACE }).catch((err) => {
+    if (!isNotFound(err)) throw err;
+  });
   const ns = await newNamespace("rbac");
   const since = Date.now();
   const op = await startOperator([`--kubeconfig=${kubeconfig}`, "--leader-elect"]);
