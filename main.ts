@@ -1,5 +1,6 @@
 /**
- * appservice-operator entry point: flags → configuration → {@link Manager.run}, and the exit
+ * appservice-operator entry point: flags → configuration → a {@link Manager} with the AppService
+ * controller (lib/appservice/controller.ts) → {@link Manager.run}, and the exit
  * code. Every start-up failure (bad flag, unusable kubeconfig, unreachable apiserver, rejected
  * credential) ends with one line on stderr and exit code 1, never a stack trace.
  *
@@ -8,11 +9,12 @@
 import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client.ts";
 import { loadClusterConfig } from "./lib/kube/config.ts";
+import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { Manager } from "./lib/runtime/manager.ts";
+import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
 import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
-import type { LogLevel } from "@logtape/logtape";
 
 /** Prints one line on stderr and exits 1. */
 function fail(message: string): never {
@@ -33,7 +35,7 @@ async function whoAmI(client: KubeClient): Promise<string> {
         plural: "selfsubjectreviews",
         namespaced: false,
       },
-      { apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" } as never,
+      { apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" },
       { signal },
     );
     const user = r.status?.userInfo?.username ?? "";
@@ -68,7 +70,7 @@ async function main(): Promise<number> {
   try {
     parsed = parseFlags(Deno.args);
   } catch (err) {
-    fail(`${(err as Error).message} (see --help)`);
+    fail(`${errorText(err)} (see --help)`);
   }
   if (parsed.kind === "help") {
     console.log(helpText());
@@ -79,7 +81,7 @@ async function main(): Promise<number> {
     return 0;
   }
   const v = parsed.values;
-  await setupLogging(v["log-level"] as LogLevel, v["log-format"] as "json" | "console");
+  await setupLogging(v["log-level"], v["log-format"]);
   const logger = log("main");
 
   const metrics = new Metrics();
@@ -93,23 +95,27 @@ async function main(): Promise<number> {
   };
   const onSendWrite = (r: Pick<RequestInfo, "method" | "path" | "startedAtMs" | "auditId">) =>
     requestLog.debug("Sending", r);
+  // One view of the path to the apiserver for both clients: a Lease attempt that gets no answer,
+  // or one that gets through again, tells about the reconcilers' and watches' connections too.
+  const health = new ConnectionHealth();
   let client: KubeClient;
   let leaderClient: KubeClient;
   let user: string;
   try {
     const config = loadClusterConfig({
-      kubeconfig: (v["kubeconfig"] as string) || undefined,
-      context: (v["context"] as string) || undefined,
+      kubeconfig: v["kubeconfig"] || undefined,
+      context: v["context"] || undefined,
       serviceAccountDir: Deno.env.get("APPSERVICE_SERVICE_ACCOUNT_DIR") || undefined,
     });
     client = new KubeClient(config, {
       userAgent:
         `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) deno/${Deno.version.deno}`,
-      qps: v["kube-api-qps"] as number,
-      burst: (v["kube-api-burst"] as number) || undefined,
+      qps: v["kube-api-qps"],
+      burst: v["kube-api-burst"] || undefined,
       maxRetries: 2,
       onRequest: onRequest("main"),
       onSendWrite,
+      health,
     });
     // Leader election gets its own client: no client-side rate limit shared with reconciles.
     leaderClient = new KubeClient(config, {
@@ -119,6 +125,7 @@ async function main(): Promise<number> {
       // Not held back by the reconcilers' 429s: its attempts keep to the renew deadline.
       retryAfterGate: false,
       onRequest: onRequest("leader-election"),
+      health,
     });
     user = await whoAmI(client);
   } catch (err) {
@@ -159,32 +166,33 @@ async function main(): Promise<number> {
     client,
     leaderElectionClient: leaderClient,
     metrics,
-    metricsBindAddress: v["metrics-bind-address"] as string,
-    healthProbeBindAddress: v["health-probe-bind-address"] as string,
-    leaderElect: v["leader-elect"] as boolean,
-    leaderElectionNamespace: (v["leader-election-namespace"] as string) || config.namespace,
-    leaderElectionId: v["leader-election-id"] as string,
-    leaseDurationSeconds: (v["leader-elect-lease-duration"] as number) / 1000,
-    renewDeadlineMs: v["leader-elect-renew-deadline"] as number,
-    retryPeriodMs: v["leader-elect-retry-period"] as number,
+    metricsBindAddress: v["metrics-bind-address"],
+    healthProbeBindAddress: v["health-probe-bind-address"],
+    leaderElect: v["leader-elect"],
+    leaderElectionNamespace: v["leader-election-namespace"] || config.namespace,
+    leaderElectionId: v["leader-election-id"],
+    leaseDurationSeconds: v["leader-elect-lease-duration"] / 1000,
+    renewDeadlineMs: v["leader-elect-renew-deadline"],
+    retryPeriodMs: v["leader-elect-retry-period"],
     identity,
-    maxConcurrentReconciles: Math.max(1, v["max-concurrent-reconciles"] as number),
-    reconcileTimeoutMs: v["reconcile-timeout"] as number,
-    syncPeriodMs: v["sync-period"] as number,
-    gracefulShutdownTimeoutMs: v["graceful-shutdown-timeout"] as number,
-    watchNamespace: v["watch-namespace"] as string,
-    watchIdleTimeoutMs: v["watch-idle-timeout"] as number,
-    useWatchList: v["watch-list"] as boolean,
+    maxConcurrentReconciles: Math.max(1, v["max-concurrent-reconciles"]),
+    reconcileTimeoutMs: v["reconcile-timeout"],
+    syncPeriodMs: v["sync-period"],
+    gracefulShutdownTimeoutMs: v["graceful-shutdown-timeout"],
+    watchNamespace: v["watch-namespace"],
+    watchIdleTimeoutMs: v["watch-idle-timeout"],
+    useWatchList: v["watch-list"],
   });
+  addAppServiceController(manager);
   try {
     return await manager.run(stop.signal);
   } catch (err) {
-    const e = err as Error;
-    if (e?.name === "AddrInUse") fail(`cannot listen: ${e.message}`);
+    if (err instanceof Error && err.name === "AddrInUse") fail(`cannot listen: ${err.message}`);
     fail(errorText(err));
   } finally {
     client.close();
     leaderClient.close();
+    health.close();
   }
 }
 

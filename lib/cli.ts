@@ -1,7 +1,10 @@
 /**
  * Command-line flags of the operator: one table gives each flag's name (controller-runtime's
- * names where they exist), its environment variable, default and help, so parsing, `--help` and
- * the README agree. Flags win over environment variables, which win over defaults.
+ * names where they exist), its environment variable, kind, default and help, so parsing,
+ * `--help` and the README agree, and the type of each parsed value is inferred from the table
+ * ({@link FlagValues}: `values["leader-elect"]` is a boolean, `values["sync-period"]` a number of
+ * ms, `values["log-level"]` one of {@link LOG_LEVELS}). Flags win over environment variables,
+ * which win over defaults.
  *
  * @module
  */
@@ -12,17 +15,35 @@ import { LOG_FORMATS, LOG_LEVELS } from "./runtime/log.ts";
 /** The operator's version, from deno.json. */
 export const VERSION: string = denoJson.version;
 
-/** One flag. `kind` says how its value is parsed. */
+/**
+ * How a flag's text is parsed: `string` as is; `boolean` true/false (also 1/0, yes/no, and
+ * `--flag`/`--no-flag`); `duration` a Go duration (`15s`, `1h30m`, `500ms`; a bare number is
+ * seconds) into ms; `int` a whole number ≥ 0; `number` a finite number ≥ 0; `enum` one of
+ * `choices`.
+ */
+export type FlagKind = "string" | "boolean" | "duration" | "int" | "number" | "enum";
+
+/** One flag of the table. */
 export interface FlagSpec {
+  /** Name without dashes, e.g. `leader-elect`. */
   name: string;
+  /** Environment variable read when the flag is absent, e.g. `APPSERVICE_LEADER_ELECT`. */
   env: string;
-  kind: "string" | "boolean" | "duration" | "int" | "number";
+  /** How the value is parsed; see {@link FlagKind}. */
+  kind: FlagKind;
+  /** Allowed values of an `enum` flag. */
+  choices?: readonly string[];
+  /** Default, as text in the flag's own syntax ("" for none). */
   default: string;
+  /** One line for `--help` and the README. */
   help: string;
 }
 
-/** Every flag, in `--help` order. */
-export const FLAGS: FlagSpec[] = [
+/**
+ * The flag table with its literal types kept, so that {@link FlagValues} is inferred from it;
+ * {@link FLAGS} is the same table seen as {@link FlagSpec}s.
+ */
+export const FLAG_TABLE = [
   {
     name: "kubeconfig",
     env: "KUBECONFIG",
@@ -134,8 +155,9 @@ export const FLAGS: FlagSpec[] = [
     name: "watch-idle-timeout",
     env: "APPSERVICE_WATCH_IDLE_TIMEOUT",
     kind: "duration",
-    default: "3m",
-    help: "A watch that delivers no byte (bookmarks included) for this long is reconnected.",
+    default: "75s",
+    help:
+      "A watch that delivers no byte for this long is reconnected (the apiserver sends a bookmark about every 60s).",
   },
   {
     name: "watch-list",
@@ -163,18 +185,23 @@ export const FLAGS: FlagSpec[] = [
   {
     name: "log-level",
     env: "APPSERVICE_LOG_LEVEL",
-    kind: "string",
+    kind: "enum",
+    choices: LOG_LEVELS,
     default: "info",
     help: `Lowest level logged: ${LOG_LEVELS.join(", ")}.`,
   },
   {
     name: "log-format",
     env: "APPSERVICE_LOG_FORMAT",
-    kind: "string",
+    kind: "enum",
+    choices: LOG_FORMATS,
     default: "json",
     help: `Log format: ${LOG_FORMATS.join(" (JSON lines) or ")} (readable).`,
   },
-];
+] as const satisfies readonly FlagSpec[];
+
+/** Every flag, in `--help` order. */
+export const FLAGS: readonly FlagSpec[] = FLAG_TABLE;
 
 /**
  * Parses a Go-style duration (`1h30m`, `15s`, `500ms`) or a bare number of seconds into ms.
@@ -196,8 +223,24 @@ export function parseDurationMs(value: string): number {
   return total;
 }
 
-/** Parsed flag values, keyed by flag name; durations in ms. */
-export type FlagValues = Record<string, string | number | boolean>;
+/** The type a flag of kind `K` (with `choices` `C` for an enum) parses to. */
+export type FlagValue<K extends FlagKind, C = never> = K extends "boolean" ? boolean
+  : K extends "duration" | "int" | "number" ? number
+  : K extends "enum" ? C
+  : string;
+
+/** One flag's parsed type, from its table entry (an enum's choices, else by its kind). */
+export type ValueOfSpec<F> = F extends { kind: "enum"; choices: readonly (infer C)[] } ? C
+  : F extends { kind: infer K extends FlagKind } ? FlagValue<K>
+  : never;
+
+/**
+ * Parsed flag values keyed by flag name, typed from {@link FLAGS}: booleans, numbers (durations
+ * in ms), enum members or strings.
+ */
+export type FlagValues = {
+  -readonly [F in typeof FLAG_TABLE[number] as F["name"]]: ValueOfSpec<F>;
+};
 
 /** Result of {@link parseFlags}. */
 export type ParsedArgs =
@@ -236,7 +279,7 @@ export function parseFlags(
   const v = parsed.values as Record<string, string | boolean | undefined>;
   if (v.help) return { kind: "help" };
   if (v.version) return { kind: "version" };
-  const values: FlagValues = {};
+  const values: Record<string, string | number | boolean> = {};
   for (const f of FLAGS) {
     let raw: string | boolean | undefined = v[f.name];
     if (f.kind === "boolean" && v[`no-${f.name}`]) raw = false;
@@ -266,6 +309,12 @@ export function parseFlags(
           values[f.name] = n;
           break;
         }
+        case "enum":
+          if (!f.choices?.includes(String(raw))) {
+            throw new Error(`"${raw}" is not one of ${f.choices?.join(", ")}`);
+          }
+          values[f.name] = String(raw);
+          break;
         default:
           values[f.name] = String(raw);
       }
@@ -273,13 +322,8 @@ export function parseFlags(
       throw new Error(`${source}: ${(err as Error).message}`);
     }
   }
-  if (!(LOG_LEVELS as readonly string[]).includes(values["log-level"] as string)) {
-    throw new Error(`--log-level: "${values["log-level"]}" is not one of ${LOG_LEVELS.join(", ")}`);
-  }
-  if (!(LOG_FORMATS as readonly string[]).includes(values["log-format"] as string)) {
-    throw new Error(`--log-format: "${values["log-format"]}" is not json or console`);
-  }
-  return { kind: "run", values };
+  // Every flag of the table was parsed by its kind just above: the shapes FlagValues names.
+  return { kind: "run", values: values as FlagValues };
 }
 
 /** The `--help` text: usage and every flag with its env var and default. */
@@ -292,11 +336,27 @@ export function helpText(): string {
     "Flags (each also read from the environment variable shown):",
   ];
   for (const f of FLAGS) {
-    const type = f.kind === "boolean" ? "" : ` <${f.kind}>`;
+    const type = f.kind === "boolean" ? "" : ` <${f.choices?.join("|") ?? f.kind}>`;
     lines.push(`  --${f.name}${type}`);
     lines.push(`      ${f.help}`);
     lines.push(`      env ${f.env}; default ${f.default === "" ? '""' : f.default}`);
   }
   lines.push("  --help        Print this help.", "  --version     Print the version.");
   return lines.join("\n");
+}
+
+/**
+ * The README's flag table (GitHub markdown, one row per flag in {@link FLAGS} order: flag, env,
+ * default, what), as tests/unit/cli_test.ts compares it with README.md.
+ */
+export function markdownFlagTable(): string {
+  const code = (v: string) => v === "" ? "" : `\`${v}\``;
+  const rows = [
+    "| flag | env | default | what |",
+    "| --- | --- | --- | --- |",
+    ...FLAGS.map((f) =>
+      `| ${code(`--${f.name}`)} | ${code(f.env)} | ${code(f.default)} | ${f.help} |`
+    ),
+  ];
+  return rows.join("\n");
 }

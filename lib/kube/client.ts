@@ -27,28 +27,50 @@
  * `FencedError`) and nothing is sent. What remains is a request already handed to `fetch` when the
  * process stops: it leaves when the process runs again (see README, "Fenced writes").
  *
+ * Connection health ({@link ConnectionHealth}): every request reports whether an answer came.
+ * When the path to the apiserver recovers after failures, what still waits on a dead connection
+ * is ended and sent again: a request sent before the one that got through, still without an
+ * answer after {@link STALLED_REQUEST_MIN_MS} (a read is sent again once at no cost to its
+ * retries; a write fails with a network error, as it would at its timeout), and a watch that has
+ * received nothing since the failures began ({@link WatchRestartError} `stalled`: its consumer
+ * resumes it at once). A change of the CA or client certificate files (see credentials.ts) ends
+ * every watch the same way (`credentials`), so that they reconnect with the new material.
+ *
  * @module
  */
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { ClusterConfig } from "./config.ts";
-import { CredentialProvider } from "./credentials.ts";
+import { ConnectionHealth, type Recovery } from "./connection.ts";
+import { CREDENTIAL_FILE_CHECK_MS, CredentialProvider } from "./credentials.ts";
 import { ApiError, networkErrorReason, type Status } from "./errors.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
 import { RetryAfterGate, sleep, TokenBucket } from "./throttle.ts";
-import { decodeWatchBatches, type ObjectWatchEvent, WatchIdleError } from "./watch.ts";
+import {
+  decodeWatchBatches,
+  type ObjectWatchEvent,
+  WatchIdleError,
+  WatchRestartError,
+} from "./watch.ts";
 
 /** Any Kubernetes object. */
 export interface KubeObject {
+  /** `group/version` of the object's type, e.g. `v1` or `apps/v1` (absent in some list items). */
   apiVersion?: string;
+  /** Kind of the object, e.g. `Pod`. */
   kind?: string;
+  /** Standard object metadata (name, namespace, uid, resourceVersion, labels, ownerReferences...). */
   metadata?: ObjectMeta;
 }
 
 /** A list answer: items plus `metadata.resourceVersion` and `metadata.continue`. */
 export interface ObjectList<T> {
+  /** `group/version` of the list, e.g. `v1`. */
   apiVersion?: string;
+  /** Kind of the list, e.g. `PodList`. */
   kind?: string;
+  /** `resourceVersion` to watch from; `continue` token of the next page, if any. */
   metadata: { resourceVersion?: string; continue?: string; remainingItemCount?: number };
+  /** The objects of this page. */
   items: T[];
 }
 
@@ -129,6 +151,11 @@ export interface ClientOptions {
    * known yet. For logs that must survive the process stopping right after (S13). Must not throw.
    */
   onSendWrite?: (info: Pick<RequestInfo, "method" | "path" | "startedAtMs" | "auditId">) => void;
+  /**
+   * Health of the path to the apiserver, shared by the clients of one apiserver (e.g. the
+   * reconcilers' and the Lease's); default one of this client's own, closed with it.
+   */
+  health?: ConnectionHealth;
 }
 
 /**
@@ -155,7 +182,9 @@ export interface CallOptions {
 
 /** Options of a list call (one page). */
 export interface ListOptions extends CallOptions {
+  /** Label selector (Kubernetes label selector syntax, e.g. `app=a,tier!=db`). */
   labelSelector?: string;
+  /** Field selector, e.g. `metadata.name=x` or `status.phase=Running`. */
   fieldSelector?: string;
   /** Page size; the apiserver returns at most this many items and a `continue` token. */
   limit?: number;
@@ -163,12 +192,15 @@ export interface ListOptions extends CallOptions {
   continue?: string;
   /** "" or unset: from etcd (consistent); "0": any cached version. */
   resourceVersion?: string;
+  /** How `resourceVersion` is matched (Kubernetes API concepts, "Resource versions"). */
   resourceVersionMatch?: "NotOlderThan" | "Exact";
 }
 
 /** Options of a watch call. */
 export interface WatchOptions extends CallOptions {
+  /** Label selector (Kubernetes label selector syntax). */
   labelSelector?: string;
+  /** Field selector, e.g. `metadata.name=x`. */
   fieldSelector?: string;
   /** Start after this resourceVersion. */
   resourceVersion?: string;
@@ -178,9 +210,12 @@ export interface WatchOptions extends CallOptions {
   timeoutSeconds?: number;
   /** WatchList (KEP-3157): the initial state comes as ADDED events, ended by a bookmark. */
   sendInitialEvents?: boolean;
+  /** With `sendInitialEvents`: `NotOlderThan` (the only value the apiserver accepts then). */
   resourceVersionMatch?: "NotOlderThan";
   /** Client idle bound: no byte for this long (ms) ends the stream with WatchIdleError; 0: none. */
   idleTimeoutMs?: number;
+  /** Called when the response headers arrive (the apiserver accepted the watch). Must not throw. */
+  onOpen?: () => void;
 }
 
 /** Patch flavours and their content types (Kubernetes API concepts, "Patch operations"). */
@@ -205,7 +240,9 @@ export interface PatchOptions extends CallOptions {
 
 /** Options of a create or update call. */
 export interface WriteOptions extends CallOptions {
+  /** Field manager recorded in managedFields. */
   fieldManager?: string;
+  /** e.g. `status` (an update of the status subresource). */
   subresource?: string;
   /** Server-side dry run (`dryRun=All`): admission and validation run, nothing is stored. */
   dryRun?: boolean;
@@ -213,7 +250,9 @@ export interface WriteOptions extends CallOptions {
 
 /** Options of a delete call (DeleteOptions). */
 export interface DeleteOptions extends CallOptions {
+  /** How dependents are deleted (garbage collector); the apiserver's default per resource when unset. */
   propagationPolicy?: "Foreground" | "Background" | "Orphan";
+  /** Seconds before the object is deleted for good (Pods: termination grace); 0 = at once. */
   gracePeriodSeconds?: number;
   /** Delete only if the object still has this uid / resourceVersion (else 409 Conflict). */
   preconditions?: { uid?: string; resourceVersion?: string };
@@ -228,6 +267,8 @@ interface RawRequest {
   signal?: AbortSignal;
   /** Watch: no request timeout, body is streamed. */
   stream?: boolean;
+  /** No retry of any kind (the health probe). */
+  noRetry?: boolean;
 }
 
 const IDEMPOTENT = new Set(["GET", "HEAD"]);
@@ -238,6 +279,34 @@ const NO_GATE: Pick<RetryAfterGate, "closedForMs" | "acquire" | "release"> = {
   acquire: () => Promise.resolve(),
   release: () => {},
 };
+
+/**
+ * When the path to the apiserver recovers, a request sent before the one that got through and
+ * still without an answer after this long (ms) is presumed to sit on a dead connection and is
+ * ended (see the module doc). An apiserver answers all but the largest list pages well within a
+ * second, and a request ended by mistake is only sent again.
+ */
+export const STALLED_REQUEST_MIN_MS = 1_000;
+
+/** A request or watch in flight, for the stall rule. Times in ms since the epoch. */
+interface InFlight {
+  ctl: AbortController;
+  sentAtMs: number;
+  /** Last time bytes came (watches: headers, then every chunk). */
+  lastByteMs: number;
+}
+
+/** Why the client ended a request: the stall rule (see the module doc). */
+class StalledRequestError extends Error {
+  constructor() {
+    super("no answer on a connection presumed dead: a later request to the apiserver got through");
+    this.name = "StalledRequestError";
+  }
+}
+
+/** Whether an abort reason is a timeout (AbortSignal.timeout's DOMException). */
+const isTimeout = (reason: unknown) =>
+  reason instanceof DOMException && reason.name === "TimeoutError";
 
 function parseRetryAfter(h: string | null): number | undefined {
   if (!h) return undefined;
@@ -257,17 +326,46 @@ export class KubeClient {
   readonly config: ClusterConfig;
   #creds: CredentialProvider;
   #opts:
-    & Required<Omit<ClientOptions, "onRequest" | "writeFence" | "onSendWrite" | "retryAfterGate">>
+    & Required<
+      Omit<
+        ClientOptions,
+        "onRequest" | "writeFence" | "onSendWrite" | "retryAfterGate" | "health"
+      >
+    >
     & Pick<ClientOptions, "onRequest" | "onSendWrite">;
   #bucket: TokenBucket;
   #host: string;
   #fence?: WriteFence;
   #gate: Pick<RetryAfterGate, "closedForMs" | "acquire" | "release">;
+  /** Health of the path to the apiserver (see {@link ConnectionHealth}). */
+  readonly health: ConnectionHealth;
+  #ownsHealth: boolean;
+  #unsubscribe: (() => void)[] = [];
+  /** Requests sent and not yet answered (headers). */
+  #requests = new Set<InFlight>();
+  /** Watch streams open (headers received). */
+  #watches = new Set<InFlight>();
+  #fileCheckTimer?: ReturnType<typeof setTimeout>;
 
-  /** @param config the resolved connection; @param opts see {@link ClientOptions} */
+  /**
+   * A client of the apiserver `config` names; no request is sent until a verb is called.
+   * @param config the resolved connection ({@link loadClusterConfig})
+   * @param opts see {@link ClientOptions}
+   */
   constructor(config: ClusterConfig, opts: ClientOptions = {}) {
     this.config = config;
     this.#creds = new CredentialProvider(config);
+    this.health = opts.health ?? new ConnectionHealth();
+    this.#ownsHealth = !opts.health;
+    this.health.setProbe((signal) => this.#probe(signal));
+    this.#unsubscribe.push(
+      this.health.onRecovered((r) => this.#endStalled(r)),
+      this.#creds.onTlsChange((c) =>
+        this.#restartWatches(
+          new WatchRestartError("credentials", `${c.changed.join(", ")} changed`),
+        )
+      ),
+    );
     this.#opts = {
       userAgent: opts.userAgent ?? "appservice-operator",
       qps: opts.qps ?? 0,
@@ -284,9 +382,79 @@ export class KubeClient {
     this.#gate = opts.retryAfterGate === false ? NO_GATE : new RetryAfterGate();
   }
 
-  /** Releases the HTTP clients. */
+  /** Releases the HTTP clients, and the health tracker when it is this client's own. */
   close(): void {
+    for (const u of this.#unsubscribe.splice(0)) u();
+    clearTimeout(this.#fileCheckTimer);
     this.#creds.close();
+    if (this.#ownsHealth) this.health.close();
+  }
+
+  /**
+   * Reads the credential files again now (see credentials.ts); resolves true when the CA or
+   * client certificate changed (the watches are then restarted with the new material).
+   */
+  checkCredentialFiles(): Promise<boolean> {
+    return this.#creds.checkFiles();
+  }
+
+  /** Why the last re-read of a credential file was not adopted, if it was not. */
+  get credentialFileError(): string | undefined {
+    return this.#creds.lastFileError;
+  }
+
+  /** A request got no answer: tell the health tracker, and check the credential files soon. */
+  #failed(err: unknown): void {
+    this.health.failed(err);
+    this.#creds.recheckAfterFailure();
+  }
+
+  /** The stall rule at a recovery (see the module doc). */
+  #endStalled(r: Recovery): void {
+    const now = Date.now();
+    for (const e of this.#requests) {
+      if (e.sentAtMs < r.sentAtMs && now - e.sentAtMs >= STALLED_REQUEST_MIN_MS) {
+        e.ctl.abort(new StalledRequestError());
+      }
+    }
+    const since = new Date(r.failingSinceMs).toISOString();
+    for (const w of this.#watches) {
+      if (w.lastByteMs < r.failingSinceMs) {
+        w.ctl.abort(
+          new WatchRestartError(
+            "stalled",
+            `nothing received since the connection to the apiserver failed at ${since}`,
+          ),
+        );
+      }
+    }
+  }
+
+  #restartWatches(reason: WatchRestartError): void {
+    for (const w of this.#watches) w.ctl.abort(reason);
+  }
+
+  /**
+   * Checks the credential files every {@link CREDENTIAL_FILE_CHECK_MS} while a watch is open:
+   * requests check them anyway, but a replica at rest sends none, and its watches must move to
+   * rotated material too.
+   */
+  #armFileCheck(): void {
+    if (!this.#creds.hasFiles || this.#fileCheckTimer !== undefined) return;
+    if (this.#watches.size === 0) return;
+    const dueMs = this.#creds.lastCheckMs + CREDENTIAL_FILE_CHECK_MS - Date.now();
+    this.#fileCheckTimer = setTimeout(async () => {
+      this.#fileCheckTimer = undefined;
+      if (this.#watches.size === 0) return;
+      await this.#creds.checkFiles();
+      this.#armFileCheck();
+    }, Math.max(0, dueMs));
+  }
+
+  /** One `GET /version` without retries: the health probe. */
+  async #probe(signal: AbortSignal): Promise<void> {
+    const resp = await this.#send({ method: "GET", path: "/version", signal, noRetry: true });
+    await resp.body?.cancel();
   }
 
   /**
@@ -335,7 +503,9 @@ export class KubeClient {
     const label = `${req.method} ${req.path}`;
     const body = req.body === undefined ? undefined : JSON.stringify(req.body);
     const isWrite = !IDEMPOTENT.has(req.method);
+    const maxRetries = req.noRetry ? 0 : this.#opts.maxRetries;
     let retriedAuth = false;
+    let retriedStalled = false;
     for (let attempt = 0;; attempt++) {
       await this.#bucket.wait(req.signal);
       let cred: Awaited<ReturnType<CredentialProvider["get"]>> | undefined;
@@ -350,6 +520,7 @@ export class KubeClient {
         }
         if (this.#gate.closedForMs() > 0) {
           this.#gate.release();
+          cred.release();
           cred = undefined;
         }
       }
@@ -365,7 +536,9 @@ export class KubeClient {
       };
       if (cred.authorization) headers["Authorization"] = cred.authorization;
       if (body !== undefined) headers["Content-Type"] = req.contentType ?? "application/json";
-      const signals: AbortSignal[] = [];
+      // `own` ends the request under the stall rule (see #endStalled).
+      const own = new AbortController();
+      const signals: AbortSignal[] = [own.signal];
       if (req.signal) signals.push(req.signal);
       const timeout = req.stream ? undefined : AbortSignal.timeout(this.#opts.requestTimeoutMs);
       if (timeout) signals.push(timeout);
@@ -379,6 +552,7 @@ export class KubeClient {
         fence?.check(req.method, req.path);
       } catch (err) {
         this.#gate.release();
+        cred.release();
         throw err;
       }
       const started = performance.now();
@@ -392,13 +566,15 @@ export class KubeClient {
           });
         } catch { /* logs must not break requests */ }
       }
+      const entry: InFlight = { ctl: own, sentAtMs: Date.now(), lastByteMs: 0 };
+      this.#requests.add(entry);
       let resp: Response;
       try {
         const sending = fetch(url, {
           method: req.method,
           headers,
           body,
-          signal: signals.length ? AbortSignal.any(signals) : undefined,
+          signal: AbortSignal.any(signals),
           client: cred.httpClient,
         });
         // The request is written when the event loop next runs its connection; should this
@@ -415,19 +591,49 @@ export class KubeClient {
         }
         resp = await sending;
       } catch (err) {
+        this.#requests.delete(entry);
         this.#gate.release();
+        cred.release();
         this.#record(req, "<error>", started, auditId);
-        if (req.signal?.aborted) throw req.signal.reason;
+        if (req.signal?.aborted) {
+          // The caller's own time bound (e.g. a Lease renewal's deadline) ran out without an
+          // answer: that is a failure of the path; a shutdown is not.
+          if (isTimeout(req.signal.reason)) {
+            this.#failed(new Error(`${label}: no answer before the caller's deadline`));
+            this.#creds.resetConnections();
+          }
+          throw req.signal.reason;
+        }
+        // Stopped by the write fence (S13): nothing to say about the path.
         if (late?.signal.aborted) throw late.signal.reason;
         if (fence?.signal?.aborted) throw fence.signal.reason;
+        if (own.signal.aborted) {
+          // The stall rule ended it: it sat on a dead connection while a later request got an
+          // answer. A watch is resumed by its consumer; a read is sent again once, a write fails
+          // as at its timeout (it may or may not have reached the apiserver).
+          if (req.stream) {
+            throw new WatchRestartError("stalled", `${label}: ${own.signal.reason.message}`);
+          }
+          if (IDEMPOTENT.has(req.method) && !retriedStalled) {
+            retriedStalled = true;
+            attempt--;
+            continue;
+          }
+          throw new Error(`${label}: ${own.signal.reason.message}`, { cause: own.signal.reason });
+        }
+        // The HTTP client was closed between get() and fetch() (the provider was closed): the
+        // request never left, so it is safe to send again whatever its method.
+        if (err instanceof Deno.errors.BadResource && attempt < maxRetries) continue;
+        this.#failed(
+          timeout?.aborted
+            ? new Error(`${label}: no answer within ${this.#opts.requestTimeoutMs / 1000} s`)
+            : err,
+        );
         // No answer within the request timeout: the pooled connections may be dead (a network
         // path that drops packets); the next attempt, and every later request, gets a new one
         // (see resetConnections).
         if (timeout?.aborted) this.#creds.resetConnections();
-        // The HTTP client was closed by resetConnections between get() and fetch(): the request
-        // never left, so it is safe to send again whatever its method.
-        if (err instanceof Deno.errors.BadResource && attempt < this.#opts.maxRetries) continue;
-        if (IDEMPOTENT.has(req.method) && !req.stream && attempt < this.#opts.maxRetries) {
+        if (IDEMPOTENT.has(req.method) && !req.stream && attempt < maxRetries) {
           await sleep(Math.min(200 * 2 ** attempt, 5_000), req.signal);
           continue;
         }
@@ -435,6 +641,9 @@ export class KubeClient {
           cause: err,
         });
       }
+      this.#requests.delete(entry);
+      cred.release();
+      this.health.succeeded(entry.sentAtMs);
       const retryAfter = parseRetryAfter(resp.headers.get("Retry-After"));
       const throttled = resp.status === 429 || (resp.status === 503 && retryAfter !== undefined);
       this.#gate.release(
@@ -461,7 +670,7 @@ export class KubeClient {
       // A Retry-After longer than the gate's bound goes back to the caller at once.
       const waitable = retryAfter === undefined ||
         retryAfter * 1000 <= this.#opts.maxThrottleWaitMs;
-      if (retryable && waitable && attempt < this.#opts.maxRetries) {
+      if (retryable && waitable && attempt < maxRetries) {
         // With a Retry-After the gate at the top of the loop waits it out (without a gate, this
         // request alone waits it); without one, back off.
         if (retryAfter === undefined) {
@@ -646,7 +855,8 @@ export class KubeClient {
    * The idle bound also covers the wait for the response headers (a request sent into a stalled
    * connection otherwise waits forever: watches have no request timeout), and a WatchIdleError
    * drops the pooled connections ({@link CredentialProvider.resetConnections}) so that the next
-   * watch does not go into a pooled connection on the same stalled path.
+   * watch does not go into a pooled connection on the same stalled path. A watch ended by the
+   * client throws {@link WatchRestartError} (see the module doc): resume it at once.
    */
   async *watchBatches<T extends KubeObject>(
     rt: ResourceType,
@@ -659,6 +869,7 @@ export class KubeClient {
     const headersTimer = idleMs > 0
       ? setTimeout(() => ctl.abort(new WatchIdleError(idleMs)), idleMs)
       : undefined;
+    let stream: InFlight | undefined;
     try {
       const resp = await this.#send({
         method: "GET",
@@ -678,14 +889,37 @@ export class KubeClient {
       });
       clearTimeout(headersTimer);
       if (!resp.body) return;
-      yield* decodeWatchBatches<T>(resp.body, idleMs, () => ctl.abort());
+      const s: InFlight = stream = { ctl, sentAtMs: Date.now(), lastByteMs: Date.now() };
+      this.#watches.add(s);
+      this.#armFileCheck();
+      try {
+        o.onOpen?.();
+      } catch { /* reporting must not break the stream */ }
+      // Bytes on this stream show that its connection is alive, not that new ones work: they keep
+      // it from the stall rule but do not end a failing episode (a request's answer does).
+      yield* decodeWatchBatches<T>(resp.body, idleMs, () => ctl.abort(), () => {
+        s.lastByteMs = Date.now();
+      });
     } catch (err) {
       if (o.signal?.aborted) throw o.signal.reason;
-      if (err instanceof WatchIdleError) this.#creds.resetConnections();
+      if (ctl.signal.reason instanceof WatchRestartError) throw ctl.signal.reason;
+      if (err instanceof WatchIdleError) {
+        // Silent past its bound (see the reflector: the apiserver's bookmark cadence).
+        this.#failed(err);
+        this.#creds.resetConnections();
+      } else if (stream && !(err instanceof ApiError)) {
+        // The stream broke mid-way (a connection reset, a cut link).
+        this.#failed(err);
+      }
       throw err;
     } finally {
       clearTimeout(headersTimer);
       o.signal?.removeEventListener("abort", onAbort);
+      if (stream) this.#watches.delete(stream);
+      if (this.#watches.size === 0) {
+        clearTimeout(this.#fileCheckTimer);
+        this.#fileCheckTimer = undefined;
+      }
       ctl.abort();
     }
   }

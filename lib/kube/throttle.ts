@@ -15,6 +15,7 @@ export class TokenBucket {
   #now: () => number;
 
   /**
+   * A full bucket.
    * @param qps average requests per second; 0 disables limiting
    * @param burst bucket size (requests allowed at once), at least 1
    * @param now clock in ms (injected for tests)
@@ -107,7 +108,10 @@ export class RetryAfterGate {
   #waiters: { maxWaitMs: number; grant: (granted: boolean) => void }[] = [];
   #timer?: ReturnType<typeof setTimeout>;
 
-  /** @param o see {@link RetryAfterGateOptions} */
+  /**
+   * An open gate, not limiting concurrency until the first throttled answer.
+   * @param o see {@link RetryAfterGateOptions}
+   */
   constructor(o: RetryAfterGateOptions = {}) {
     this.#now = o.now ?? (() => performance.now());
     this.#stepMs = o.windowStepMs ?? GATE_WINDOW_STEP_MS;

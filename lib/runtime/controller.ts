@@ -6,14 +6,16 @@
  * Rules:
  * - A key is reconciled by one worker at a time; adds while it runs make it run again after.
  * - A reconcile that throws goes to the error policy ({@link ControllerOptions.errorPolicy},
- *   kube-rs `error_policy`), which maps the error to a requeue decision. The default,
- *   {@link defaultErrorPolicy}: a write refused by the Lease fence is requeued with backoff
- *   (result `requeue`); an apiserver asking to come back later (429, 503 with Retry-After) is
- *   requeued after the larger of the key's backoff and the Retry-After (result `requeue_after`,
- *   S16); a 409 Conflict (an optimistic lock lost to a newer write) is requeued with backoff;
- *   none of these is a reconcile error. Anything else (or exceeding `reconcileTimeoutMs`) is
- *   logged with its key, counted in `controller_runtime_reconcile_errors_total` and re-added with
- *   per-key exponential backoff; the process never dies of it. Success forgets the key's backoff.
+ *   kube-rs `error_policy`), which maps the error to a requeue decision; what it leaves open,
+ *   {@link defaultErrorPolicy} decides: a write refused by the Lease fence is requeued with
+ *   backoff (result `requeue`); an apiserver asking to come back later (429, 503 with
+ *   Retry-After) is requeued after the larger of the key's backoff and the Retry-After (result
+ *   `requeue_after`, S16); a 409 Conflict (an optimistic lock lost to a newer write) is requeued
+ *   with backoff; none of these is a reconcile error. Anything else (or exceeding
+ *   `reconcileTimeoutMs`) is logged with its key, counted in
+ *   `controller_runtime_reconcile_errors_total` and re-added with per-key exponential backoff
+ *   unless the policy decides otherwise; the process never dies of it. Success forgets the key's
+ *   backoff.
  * - A result `{requeueAfterMs}` re-adds the key after that delay; `{requeue: true}` with backoff.
  * - Every `syncPeriodMs` every primary key is added again (controller-runtime SyncPeriod).
  * - {@link Controller.run}'s `signal` stops taking keys; in-flight reconciles get `graceMs` to
@@ -22,12 +24,16 @@
  *
  * @module
  */
-import type { Logger } from "@logtape/logtape";
+import type { KubeObject } from "../kube/client.ts";
 import { isConflict, isFenced, isThrottled } from "../kube/errors.ts";
+import type { ResourceType } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
-import { errorText, log } from "./log.ts";
+import { errorText, log, type Logger } from "./log.ts";
 import type { Metrics } from "./metrics.ts";
+import type { Predicate } from "./predicates.ts";
 import { WorkQueue } from "./queue.ts";
+import type { Reflector } from "./reflector.ts";
+import type { Store } from "./store.ts";
 
 /** Default workers per controller; controller-runtime default 1. */
 export const DEFAULT_MAX_CONCURRENT_RECONCILES = 1;
@@ -41,6 +47,21 @@ export interface ReconcileResult {
   /** Re-add after this many ms. */
   requeueAfterMs?: number;
 }
+
+/**
+ * Decides what happens to a key whose reconcile threw (kube-rs `error_policy`): `undefined` or
+ * `{requeue: true}` re-adds it with per-key exponential backoff (the default), `{requeueAfterMs}`
+ * re-adds it after that delay (e.g. a server's Retry-After) keeping its failure count, `{}` does
+ * not re-add it (a terminal error: the next change of a watched object brings it back), and
+ * {@link ErrorDecision.minDelayMs} / {@link ErrorDecision.expected} say more. `undefined` falls
+ * back to {@link defaultErrorPolicy} (fenced, throttled, conflict); the error is logged and
+ * counted as an error unless the decision says it is expected. Must not throw.
+ */
+export type ErrorPolicy = (
+  err: unknown,
+  key: string,
+  ctx: ReconcileContext,
+) => ErrorDecision | undefined;
 
 /** Given to each reconcile. */
 export interface ReconcileContext {
@@ -59,95 +80,108 @@ export type ReconcileFn = (
 ) => Promise<ReconcileResult | void>;
 
 /**
- * What the controller does with a key whose reconcile threw: the decision of an
- * {@link ErrorPolicy}.
+ * What the controller does with a key whose reconcile threw, as an {@link ErrorPolicy} decides
+ * it: the requeue of a {@link ReconcileResult} (`undefined` or `{requeue: true}`: per-key backoff;
+ * `{requeueAfterMs}`: after that delay; `{}`: not re-added), plus a floor under the backoff and
+ * whether the error is expected.
  */
-export interface ErrorDecision {
-  /**
-   * `error`: a reconcile error (logged at error level, counted in
-   * `controller_runtime_reconcile_errors_total`); `requeue` / `requeue_after`: a normal retry,
-   * counted under that result of `controller_runtime_reconcile_total` and logged at info.
-   */
-  result: "error" | "requeue" | "requeue_after";
-  /** Requeue no sooner than this (ms); the key's backoff applies in any case. */
+export interface ErrorDecision extends ReconcileResult {
+  /** Re-add no sooner than this (ms): the larger of it and the key's backoff (a Retry-After). */
   minDelayMs?: number;
-  /** Log message of a non-error decision. */
-  message?: string;
-  /** Extra log fields of a non-error decision. */
-  fields?: Record<string, unknown>;
+  /**
+   * An expected condition, not a reconcile error: logged at info with this message and fields,
+   * counted under the result `requeue` (or `requeue_after` with a delay) and not in
+   * `controller_runtime_reconcile_errors_total`.
+   */
+  expected?: { message: string; fields?: Record<string, unknown> };
 }
 
-/** Maps a reconcile's error to a requeue decision (kube-rs `Controller::run`'s `error_policy`). */
-export type ErrorPolicy = (err: unknown, key: string) => ErrorDecision;
-
 /**
- * The default {@link ErrorPolicy}: a fenced write (`FencedError`: this replica may not write
- * now, S13) and a 409 Conflict (an optimistic lock lost to a newer write, e.g. a status computed
- * from an older resourceVersion) are requeued with backoff; a throttled request (429, or 503 with
- * Retry-After) is requeued after its Retry-After (S16); everything else is an error.
+ * The default decisions ({@link ErrorPolicy} falls back to them): a fenced write (`FencedError`:
+ * this replica may not write now, S13) and a 409 Conflict (an optimistic lock lost to a newer
+ * write, e.g. a status computed from an older resourceVersion) are requeued with backoff; a
+ * throttled request (429, or 503 with Retry-After) after the larger of the backoff and its
+ * Retry-After (S16); none of them is a reconcile error. Anything else: `undefined` (an error,
+ * with backoff).
  */
-export function defaultErrorPolicy(err: unknown): ErrorDecision {
+export function defaultErrorPolicy(err: unknown): ErrorDecision | undefined {
   if (isFenced(err)) {
     return {
-      result: "requeue",
-      message: "Writes fenced: the Lease renewal is stale; requeued",
-      fields: { reason: err.reason, request: err.request, renewalAgeMs: err.renewalAgeMs },
+      requeue: true,
+      expected: {
+        message: "Writes fenced: the Lease renewal is stale; requeued",
+        fields: { reason: err.reason, request: err.request, renewalAgeMs: err.renewalAgeMs },
+      },
     };
   }
   if (isThrottled(err)) {
     return {
-      result: "requeue_after",
+      requeue: true,
       minDelayMs: (err.retryAfterSeconds ?? 0) * 1000,
-      message: "Throttled by the apiserver; requeued",
-      fields: { code: err.code, request: err.request, retryAfterSeconds: err.retryAfterSeconds },
+      expected: {
+        message: "Throttled by the apiserver; requeued",
+        fields: { code: err.code, request: err.request, retryAfterSeconds: err.retryAfterSeconds },
+      },
     };
   }
   if (isConflict(err)) {
     return {
-      result: "requeue",
-      message: "Conflict with a newer version; requeued",
-      fields: { request: (err as { request?: string }).request },
+      requeue: true,
+      expected: {
+        message: "Conflict with a newer version; requeued",
+        fields: { request: (err as { request?: string }).request },
+      },
     };
   }
-  return { result: "error" };
+  return undefined;
 }
 
 /** Options of {@link Controller}. */
 export interface ControllerOptions {
+  /** Name in metrics (`controller` and queue `name` labels) and logs. */
   name: string;
+  /** Reconciles one key. */
   reconcile: ReconcileFn;
+  /** Workers (at least 1); default {@link DEFAULT_MAX_CONCURRENT_RECONCILES}. */
   maxConcurrentReconciles?: number;
   /** Bound of one reconcile (ms); 0 = none. */
   reconcileTimeoutMs?: number;
+  /** Every key of `allKeys` is added again this often (ms, ±10% jitter); 0 = never. Default {@link DEFAULT_SYNC_PERIOD_MS}. */
   syncPeriodMs?: number;
+  /** Requeue decision after an error; default {@link defaultErrorPolicy}. See {@link ErrorPolicy}. */
+  errorPolicy?: ErrorPolicy;
   /** Keys of every primary object (for the sync period and for a new leader's first pass). */
   allKeys?: () => string[];
+  /** Where its metrics go; default none. */
   metrics?: Metrics;
+  /** Time for the queue's delays and the sync period; default the real clock. */
   clock?: Clock;
+  /** The work queue; default a new one with client-go's rate limits and the metric hooks. */
   queue?: WorkQueue;
-  /** Maps a reconcile error to a requeue decision; default {@link defaultErrorPolicy}. */
-  errorPolicy?: ErrorPolicy;
 }
 
 /** Runs reconcile workers over a work queue. */
 export class Controller {
   /** The work queue; informer handlers add keys to it. */
   readonly queue: WorkQueue;
+  /** Name given in {@link ControllerOptions}. */
   readonly name: string;
   #o: ControllerOptions;
   #clock: Clock;
   #log: Logger;
   #seq = 0;
-  #policy: ErrorPolicy;
   #fence = new AbortController();
   #active = 0;
 
-  /** @param o see {@link ControllerOptions} */
+  /**
+   * A controller with its queue (and its metrics series at 0); workers start with
+   * {@link Controller.run}.
+   * @param o see {@link ControllerOptions}
+   */
   constructor(o: ControllerOptions) {
     this.#o = o;
     this.name = o.name;
     this.#clock = o.clock ?? realClock;
-    this.#policy = o.errorPolicy ?? defaultErrorPolicy;
     this.#log = log("controller").with({ controller: o.name });
     const m = o.metrics;
     const labels = { name: o.name, controller: o.name };
@@ -177,6 +211,11 @@ export class Controller {
     }
   }
 
+  /** Number of workers {@link Controller.run} starts: `maxConcurrentReconciles`, at least 1. */
+  get workers(): number {
+    return Math.max(1, this.#o.maxConcurrentReconciles ?? DEFAULT_MAX_CONCURRENT_RECONCILES);
+  }
+
   /** Reconciles running now. */
   get activeWorkers(): number {
     return this.#active;
@@ -192,17 +231,30 @@ export class Controller {
     this.#fence.abort(new Error("leadership lost: writes stopped"));
   }
 
-  /** The error policy's decision; a timeout is an error, a fence abort a requeue. */
-  #decide(err: unknown, key: string, timedOut: boolean): ErrorDecision {
-    if (timedOut) return { result: "error" };
+  /**
+   * The decision for a reconcile that threw: a timeout is an error (backoff), a fence abort (a
+   * lost Lease) an expected requeue; otherwise the policy's, or {@link defaultErrorPolicy}'s.
+   */
+  #decide(
+    err: unknown,
+    key: string,
+    ctx: ReconcileContext,
+    timedOut: boolean,
+  ): ErrorDecision | undefined {
+    if (timedOut) return undefined;
     if (this.#fence.signal.aborted) {
-      return { result: "requeue", message: "Reconcile aborted: leadership lost; requeued" };
+      return {
+        requeue: true,
+        expected: { message: "Reconcile aborted: leadership lost; requeued" },
+      };
     }
     try {
-      return this.#policy(err, key);
+      return this.#o.errorPolicy?.(err, key, ctx) ?? defaultErrorPolicy(err);
     } catch (policyErr) {
-      this.#log.error("Error policy failed", { error: errorText(policyErr) });
-      return { result: "error" };
+      ctx.logger.error("Error policy failed; retrying with backoff", {
+        error: errorText(policyErr),
+      });
+      return undefined;
     }
   }
 
@@ -230,10 +282,11 @@ export class Controller {
     const signal = AbortSignal.any(signals);
     const started = performance.now();
     let result: "success" | "error" | "requeue" | "requeue_after" = "success";
+    const ctx: ReconcileContext = { signal, reconcileID, logger };
     this.#active++;
     this.#updateGauges();
     try {
-      const r = await o.reconcile(key, { signal, reconcileID, logger });
+      const r = await o.reconcile(key, ctx);
       if (r?.requeueAfterMs !== undefined && r.requeueAfterMs > 0) {
         result = "requeue_after";
         this.queue.forget(key);
@@ -246,20 +299,29 @@ export class Controller {
       }
     } catch (err) {
       const timedOut = signal.aborted && !this.#fence.signal.aborted;
-      const decision = this.#decide(err, key, timedOut);
-      result = decision.result;
-      const delayMs = this.queue.addRateLimited(key, decision.minDelayMs ?? 0);
-      if (decision.result === "error") {
+      const decision = this.#decide(err, key, ctx, timedOut);
+      let delayMs: number | undefined;
+      if (decision?.requeueAfterMs !== undefined && decision.requeueAfterMs > 0) {
+        delayMs = Math.max(decision.requeueAfterMs, decision.minDelayMs ?? 0);
+        this.queue.addAfter(key, delayMs);
+      } else if (!decision || decision.requeue || decision.minDelayMs) {
+        delayMs = this.queue.addRateLimited(key, decision?.minDelayMs ?? 0);
+      }
+      if (decision?.expected) {
+        result = (decision.requeueAfterMs ?? 0) > 0 || (decision.minDelayMs ?? 0) > 0
+          ? "requeue_after"
+          : "requeue";
+        logger.info(decision.expected.message, {
+          ...decision.expected.fields,
+          retryInMs: delayMs === undefined ? undefined : Math.round(delayMs),
+        });
+      } else {
+        result = "error";
         o.metrics?.reconcileErrors.inc({ controller: this.name });
         logger.error("Reconciler error", {
           error: timedOut ? `reconcile timed out after ${o.reconcileTimeoutMs} ms` : errorText(err),
-          retryInMs: Math.round(delayMs),
+          retryInMs: delayMs === undefined ? undefined : Math.round(delayMs),
           retries: this.queue.numRequeues(key),
-        });
-      } else {
-        logger.info(decision.message ?? "Requeued", {
-          ...decision.fields,
-          retryInMs: Math.round(delayMs),
         });
       }
     } finally {
@@ -280,7 +342,7 @@ export class Controller {
    */
   async run(signal: AbortSignal, graceMs = 30_000): Promise<void> {
     const o = this.#o;
-    const workers = Math.max(1, o.maxConcurrentReconciles ?? DEFAULT_MAX_CONCURRENT_RECONCILES);
+    const workers = this.workers;
     o.metrics?.maxConcurrentReconciles.set({ controller: this.name }, workers);
     for (const k of o.allKeys?.() ?? []) this.queue.add(k);
     const syncMs = o.syncPeriodMs ?? DEFAULT_SYNC_PERIOD_MS;
@@ -319,4 +381,104 @@ export class Controller {
     clearInterval(gaugeTimer);
     this.#updateGauges();
   }
+}
+
+/**
+ * One shared cache of one resource (client-go `SharedIndexInformer`): a {@link Store} kept in
+ * sync by a {@link Reflector}. Made by {@link Manager.informer}, which returns the same informer
+ * for the same resource, namespace and selectors, so controllers that watch the same objects share
+ * one list+watch and one cache.
+ */
+export interface Informer<T extends KubeObject> {
+  /** Name in `/readyz` (`informer-<name>`) and logs: the resource's plural, made unique. */
+  readonly name: string;
+  /** What is watched. */
+  readonly resource: ResourceType;
+  /** Namespace watched; undefined for all namespaces (or a cluster-scoped resource). */
+  readonly namespace?: string;
+  /** Label selector of the list and watch, if any (Kubernetes label selector syntax). */
+  readonly labelSelector?: string;
+  /** Field selector of the list and watch, if any. */
+  readonly fieldSelector?: string;
+  /** The cache; read it in reconciles, never write it. */
+  readonly store: Store<T>;
+  /** Keeps the store in sync; the manager runs it. */
+  readonly reflector: Reflector<T>;
+}
+
+/**
+ * A resource a controller owns: each change of one of its objects enqueues the key of the
+ * object named by its controller ownerReference (`controller: true`), when that reference's kind
+ * and API group are the primary's (controller-runtime `Owns`, kube-rs `owns`). Deletions too, so
+ * a deleted owned object is re-created.
+ */
+export interface OwnedWatch {
+  /** The owned objects' informer; its store gets store.ts's `CONTROLLER_UID_INDEX` index. */
+  informer: Informer<KubeObject>;
+  /** Filters of its changes (all must pass); default none. */
+  predicates?: Predicate<KubeObject>[];
+}
+
+/**
+ * Any other resource a controller watches, with the function that maps one of its objects to
+ * the primary keys (`namespace/name`) to reconcile (controller-runtime `Watches` with
+ * `EnqueueRequestsFromMapFunc`, kube-rs `watches`).
+ */
+export interface MappedWatch<T extends KubeObject = KubeObject> {
+  /** The watched objects' informer. */
+  informer: Informer<T>;
+  /** Keys to enqueue for a change of `obj` (new state for updates; both states are mapped). */
+  map(obj: T): string[];
+  /** Filters of its changes (all must pass); default none. */
+  predicates?: Predicate<T>[];
+}
+
+/**
+ * A controller as declared by its user (controller-runtime's builder, kube-rs `Controller`): the
+ * primary resource, what it owns and watches, and how each key is reconciled. Given to
+ * {@link Manager.add}, which wires the informers' changes to the work queue and runs the workers
+ * while this replica leads.
+ */
+export interface ControllerDefinition<P extends KubeObject> {
+  /** Name in metrics (`controller` label) and logs; unique per manager. */
+  name: string;
+  /** The primary resource; its keys are what `reconcile` gets. */
+  for: Informer<P>;
+  /** Filters of primary changes (all must pass); default none: every change enqueues. */
+  predicates?: Predicate<P>[];
+  /** Owned resources, mapped to their owner through the controller ownerReference. */
+  owns?: OwnedWatch[];
+  /** Other watched resources with their mapping functions. */
+  watches?: MappedWatch[];
+  /** Reconciles one key; see {@link ReconcileFn}. */
+  reconcile: ReconcileFn;
+  /** Requeue decision after an error; default {@link defaultErrorPolicy}. See {@link ErrorPolicy}. */
+  errorPolicy?: ErrorPolicy;
+  /** Workers; default the manager's, else {@link DEFAULT_MAX_CONCURRENT_RECONCILES}. */
+  maxConcurrentReconciles?: number;
+  /** Bound of one reconcile (ms; 0 = none); default the manager's. */
+  reconcileTimeoutMs?: number;
+  /** Every primary key is reconciled again this often (ms); default the manager's. */
+  syncPeriodMs?: number;
+}
+
+/** The API group of an apiVersion: `apps` of `apps/v1`, "" for the core `v1`. */
+function groupOf(apiVersion: string): string {
+  const slash = apiVersion.indexOf("/");
+  return slash < 0 ? "" : apiVersion.slice(0, slash);
+}
+
+/**
+ * A mapping function: the key (`namespace/name`) of the object's controller owner when that owner
+ * is of `owner`'s kind and API group (any version), else none. Owners are in the object's
+ * namespace (cluster-scoped owners of namespaced objects are keyed by name alone); Kubernetes
+ * "Owners and dependents" forbids a namespaced owner in another namespace.
+ */
+export function controllerOwnerKeys(owner: ResourceType): (obj: KubeObject) => string[] {
+  const group = groupOf(owner.apiVersion);
+  return (obj) => {
+    const ref = obj.metadata?.ownerReferences?.find((r) => r.controller);
+    if (!ref || ref.kind !== owner.kind || groupOf(ref.apiVersion) !== group) return [];
+    return [owner.namespaced ? `${obj.metadata?.namespace}/${ref.name}` : ref.name];
+  };
 }

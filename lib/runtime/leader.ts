@@ -47,7 +47,9 @@ export function microTime(ms: number): string {
 
 /** The start of a Lease attempt on both clocks of a {@link LeaseFence} (ms). */
 export interface FenceStamp {
+  /** On the monotonic clock (`performance.now()` by default). */
   monotonicMs: number;
+  /** On the wall clock (`Date.now()` by default). */
   wallMs: number;
 }
 
@@ -71,6 +73,7 @@ export class LeaseFence implements WriteFence {
   #deadlineTimer: unknown;
 
   /**
+   * A fence that is closed until the first {@link renewed}.
    * @param renewDeadlineMs age (ms) of the last successful renewal at which writes stop
    * @param monotonicNow monotonic clock (ms); default `performance.now()`
    * @param wallNow wall clock (ms); default `Date.now()`
@@ -186,20 +189,28 @@ export class LeaseFence implements WriteFence {
 
 /** Options of {@link LeaderElector}. */
 export interface LeaderElectorOptions {
+  /** Reads and writes the Lease. */
   client: KubeClient;
+  /** Namespace of the Lease. */
   namespace: string;
+  /** Name of the Lease (coordination.k8s.io/v1). */
   name: string;
   /** Holder identity, e.g. hostname plus a random suffix. */
   identity: string;
+  /** Validity of a Lease without renewal (s); default {@link LEASE_DURATION_SECONDS}. */
   leaseDurationSeconds?: number;
+  /** A leader not renewed within this (ms) stops leading; default {@link RENEW_DEADLINE_MS}. */
   renewDeadlineMs?: number;
+  /** Interval of attempts (ms); default {@link RETRY_PERIOD_MS}. */
   retryPeriodMs?: number;
+  /** Time of renewals and expiry; default the real clock. */
   clock?: Clock;
   /**
    * Monotonic clock (ms) of the renew deadline and the fence; default `performance.now()`, or
    * the injected `clock`'s `now` when one is given (tests).
    */
   monotonicNow?: () => number;
+  /** Jitter source in [0, 1); default Math.random. */
   random?: () => number;
   /** Called once when this candidate becomes leader. */
   onStartedLeading?: () => void;
@@ -228,7 +239,10 @@ export class LeaderElector {
   /** The fence of this candidate's writes; see {@link LeaseFence}. */
   readonly fence: LeaseFence;
 
-  /** @param o see {@link LeaderElectorOptions} */
+  /**
+   * A candidate; it competes for the Lease once {@link LeaderElector.run} is called.
+   * @param o see {@link LeaderElectorOptions}
+   */
   constructor(o: LeaderElectorOptions) {
     this.#o = {
       leaseDurationSeconds: LEASE_DURATION_SECONDS,

@@ -6,20 +6,40 @@
  *
  * @module
  */
-import {
-  configure,
-  getLogger,
-  jsonLinesFormatter,
-  type Logger,
-  type LogLevel,
-  type LogRecord,
-  reset,
-} from "@logtape/logtape";
+import { configure, getLogger, jsonLinesFormatter, type LogRecord, reset } from "@logtape/logtape";
 
-/** Log levels accepted by `--log-level`. */
+/** Log levels accepted by `--log-level`, lowest first (LogTape's levels). */
 export const LOG_LEVELS = ["trace", "debug", "info", "warning", "error", "fatal"] as const;
 /** Output formats accepted by `--log-format`. */
 export const LOG_FORMATS = ["json", "console"] as const;
+
+/** One of {@link LOG_LEVELS}. */
+export type LogLevelName = typeof LOG_LEVELS[number];
+/** One of {@link LOG_FORMATS}: `json` (JSON lines) or `console` (readable). */
+export type LogFormat = typeof LOG_FORMATS[number];
+
+/**
+ * Key-value properties of a log record, e.g. `{ namespace: "a", name: "b" }`. Never put tokens,
+ * keys or Secret data in them.
+ */
+export type LogProperties = Record<string, unknown>;
+
+/**
+ * A structured logger (a LogTape `Logger` seen through the methods the runtime uses): a fixed
+ * message and key-value properties, never an interpolated string.
+ */
+export interface Logger {
+  /** Logs at level debug. */
+  debug(message: string, properties?: LogProperties): void;
+  /** Logs at level info. */
+  info(message: string, properties?: LogProperties): void;
+  /** Logs at level warning. */
+  warn(message: string, properties?: LogProperties): void;
+  /** Logs at level error. */
+  error(message: string, properties?: LogProperties): void;
+  /** A logger adding `properties` to every record. */
+  with(properties: LogProperties): Logger;
+}
 
 /** Root logger category of the operator. */
 export const ROOT_CATEGORY = "appservice-operator";
@@ -37,7 +57,7 @@ function consoleFormatter(record: LogRecord): string {
   }\n`;
 }
 
-function stderrSink(format: "json" | "console") {
+function stderrSink(format: LogFormat) {
   const encoder = new TextEncoder();
   const formatter = format === "json" ? jsonLinesFormatter : consoleFormatter;
   return (record: Parameters<typeof formatter>[0]) => {
@@ -51,8 +71,8 @@ function stderrSink(format: "json" | "console") {
  * @param level minimum level; @param format `json` (default) or `console`
  */
 export async function setupLogging(
-  level: LogLevel = "info",
-  format: "json" | "console" = "json",
+  level: LogLevelName = "info",
+  format: LogFormat = "json",
 ): Promise<void> {
   await reset();
   await configure({

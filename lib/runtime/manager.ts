@@ -1,6 +1,10 @@
 /**
- * The manager: wires informers (reflector + store), the AppService controller, leader election,
- * the probe and metrics servers, and shutdown (controller-runtime `manager.Manager`).
+ * The manager: runs any number of controllers over shared informers (reflector + store), with one
+ * leader election, the probe and metrics servers, and shutdown (controller-runtime
+ * `manager.Manager`). It knows no particular resource: informers are asked for with
+ * {@link Manager.informer} (one per resource, namespace and selectors, shared), controllers are
+ * declared with {@link Manager.add} ({@link ControllerDefinition}), Event recorders made with
+ * {@link Manager.eventRecorder}; then {@link Manager.run} starts everything.
  *
  * Lifecycle:
  * - Informers start at once on every replica (a standby keeps a warm cache, so failover does not
@@ -9,9 +13,10 @@
  *   (S11); it recovers by itself. A synced informer that then fails to list/watch for 30 s
  *   (`INFORMER_FAILING_NOT_READY_MS` in health.ts: a CRD deleted at runtime, RBAC revoked) makes
  *   the replica not ready again, naming the informer and its last error, until its first success.
- * - The controller's workers run only while this replica holds the Lease (or always, without
- *   `leaderElect`). A lost Lease fences the controller at once (in-flight writes aborted) and
- *   {@link Manager.run} resolves with exit code 1.
+ * - The controllers' workers run only while this replica holds the Lease (or always, without
+ *   `leaderElect`), each once its own informers have synced. A lost Lease fences every
+ *   controller at once (in-flight writes aborted) and {@link Manager.run} resolves with exit
+ *   code 1.
  * - With `leaderElect`, the elector's `LeaseFence` (leader.ts) is put on `client` as its write
  *   fence: no write of this process (reconcilers, Events) leaves unless, at the moment it is sent,
  *   this replica holds the Lease and its last renewal is younger than the renew deadline (S13).
@@ -22,76 +27,323 @@
  *
  * @module
  */
-import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
-import type { KubeClient, KubeObject } from "../kube/client.ts";
+import { KubeClient, type KubeObject } from "../kube/client.ts";
 import { isFenced, isThrottled } from "../kube/errors.ts";
-import { PODS, type ResourceType, SERVICES } from "../kube/resources.ts";
-import { appServiceReconciler } from "../appservice/reconcile.ts";
-import { MANAGED_SELECTOR } from "../appservice/pods.ts";
-import { APPSERVICES, GROUP, KIND } from "../appservice/api.ts";
-import type { AppService } from "../appservice/schema.ts";
+import type { ResourceType } from "../kube/resources.ts";
 import { realClock } from "./clock.ts";
-import { Controller } from "./controller.ts";
-import { EventRecorder } from "./events.ts";
-import { checksHandler, informerCheck, parseBindAddress, serveRoutes } from "./health.ts";
-import { LeaderElector } from "./leader.ts";
+import {
+  Controller,
+  type ControllerDefinition,
+  controllerOwnerKeys,
+  type Informer,
+} from "./controller.ts";
+import { EventRecorder, type EventRecorderOptions } from "./events.ts";
+import {
+  checksHandler,
+  connectionCheck,
+  informerCheck,
+  parseBindAddress,
+  serveRoutes,
+} from "./health.ts";
+import {
+  LeaderElector,
+  LEASE_DURATION_SECONDS,
+  RENEW_DEADLINE_MS,
+  RETRY_PERIOD_MS,
+} from "./leader.ts";
 import { errorText, log } from "./log.ts";
-import type { Metrics } from "./metrics.ts";
-import { Reflector, type ReflectorEvent } from "./reflector.ts";
-import { CONTROLLER_UID_INDEX, controllerUidIndex, objectKey, Store } from "./store.ts";
+import { Metrics } from "./metrics.ts";
+import { passes, type Predicate } from "./predicates.ts";
+import { DEFAULT_WATCH_IDLE_TIMEOUT_MS, Reflector, type ReflectorEvent } from "./reflector.ts";
+import {
+  CONTROLLER_UID_INDEX,
+  controllerUidIndex,
+  type IndexFunc,
+  objectKey,
+  Store,
+} from "./store.ts";
 
-/** Options of {@link Manager}; durations in ms unless the name says seconds. */
+/**
+ * Options of {@link Manager}; durations in ms unless the name says seconds. Only `client` is
+ * required; the defaults are controller-runtime's and client-go's.
+ */
 export interface ManagerOptions {
+  /** Client of informers, reconcilers and Events. */
   client: KubeClient;
   /**
-   * Client for the Lease only; required with `leaderElect`, and not `client`: `client` gets the
-   * Lease's write fence, which the Lease's own writes must not pass through. A separate one also
-   * keeps renewals out of the reconcilers' rate limit and Retry-After gate, so a busy or
-   * throttled leader does not lose its own Lease.
+   * Client for the Lease only; default one made from `client`'s connection (no retries, no
+   * Retry-After gate). Never `client` itself: `client` gets the Lease's write fence, which the
+   * Lease's own writes must not pass through. A separate one also keeps renewals out of the
+   * reconcilers' rate limit and Retry-After gate, so a busy or throttled leader does not lose
+   * its own Lease.
    */
   leaderElectionClient?: KubeClient;
-  metrics: Metrics;
-  /** `host:port`, `:port` or `0` (disabled). */
-  metricsBindAddress: string;
-  healthProbeBindAddress: string;
-  leaderElect: boolean;
-  leaderElectionNamespace: string;
-  leaderElectionId: string;
-  leaseDurationSeconds: number;
-  renewDeadlineMs: number;
-  retryPeriodMs: number;
-  /** Lease holder identity. */
-  identity: string;
-  maxConcurrentReconciles: number;
-  reconcileTimeoutMs: number;
-  syncPeriodMs: number;
-  gracefulShutdownTimeoutMs: number;
-  /** Watch one namespace only; "" for all. */
-  watchNamespace: string;
-  watchIdleTimeoutMs: number;
-  useWatchList: boolean;
+  /** Metrics served on `/metrics`; default a new {@link Metrics}. */
+  metrics?: Metrics;
+  /** Address of `/metrics`: `host:port`, `:port` or `0` (disabled, the default). */
+  metricsBindAddress?: string;
+  /** Address of `/healthz` and `/readyz`: `host:port`, `:port` or `0` (disabled, the default). */
+  healthProbeBindAddress?: string;
+  /** Reconcile only while holding the Lease (several replicas); default false: always. */
+  leaderElect?: boolean;
+  /** Namespace of the Lease; default the client's namespace (kubeconfig context or pod's). */
+  leaderElectionNamespace?: string;
+  /** Name of the Lease (coordination.k8s.io/v1); required with `leaderElect`. */
+  leaderElectionId?: string;
+  /** How long a Lease is valid without renewal (s); default 15 (client-go). */
+  leaseDurationSeconds?: number;
+  /** A leader that cannot renew within this stops every write, `run` resolves 1; default 10 s. */
+  renewDeadlineMs?: number;
+  /** Interval of Lease attempts; default 2 s (client-go). */
+  retryPeriodMs?: number;
+  /** Lease holder identity and Events' `reportingInstance`; default a random UUID. */
+  identity?: string;
+  /** Default workers of each controller (a {@link ControllerDefinition} may set its own). */
+  maxConcurrentReconciles?: number;
+  /** Default bound of one reconcile (ms; 0 = none). */
+  reconcileTimeoutMs?: number;
+  /** Default resync period of each controller (ms). */
+  syncPeriodMs?: number;
+  /** After the signal, how long in-flight reconciles may finish; default 30 s (controller-runtime). */
+  gracefulShutdownTimeoutMs?: number;
+  /** Default namespace of informers (one namespace only); "" (the default) for all. */
+  watchNamespace?: string;
+  /** A watch silent (no byte, bookmarks included) this long is reconnected; default 3 min. */
+  watchIdleTimeoutMs?: number;
+  /** Informers start with WatchList (KEP-3157) where the apiserver supports it; default false. */
+  useWatchList?: boolean;
 }
 
-/** Name of the AppService controller (metrics label `controller`). */
-export const CONTROLLER_NAME = "appservice";
+/** Default of {@link ManagerOptions.gracefulShutdownTimeoutMs}; controller-runtime's 30 s. */
+export const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS = 30_000;
+
+/** Options that stay optional after defaults: per-controller defaults, and the Lease client. */
+type StillOptional =
+  | "leaderElectionClient"
+  | "maxConcurrentReconciles"
+  | "reconcileTimeoutMs"
+  | "syncPeriodMs";
+
+/** {@link ManagerOptions} with every default filled in. */
+type ResolvedOptions =
+  & Required<Omit<ManagerOptions, StillOptional>>
+  & Pick<ManagerOptions, StillOptional>;
+
+/** Options of {@link Manager.informer}. */
+export interface InformerOptions<T extends KubeObject> {
+  /** Namespace to watch, "" for all; default the manager's `watchNamespace`. */
+  namespace?: string;
+  /** Label selector of the list and watch (e.g. `app.kubernetes.io/managed-by=x`). */
+  labelSelector?: string;
+  /** Field selector of the list and watch. */
+  fieldSelector?: string;
+  /** Named indexes to add to the shared store (same name, same function when shared). */
+  indexes?: Record<string, IndexFunc<T>>;
+}
 
 /** The operator process; see the module doc. */
 export class Manager {
-  #o: ManagerOptions;
+  #o: ResolvedOptions;
   #log = log("manager");
+  #informers = new Map<string, Informer<KubeObject>>();
+  #controllers: { controller: Controller; informers: Informer<KubeObject>[] }[] = [];
+  #recorders: EventRecorder[] = [];
+  #running = false;
   /** Ports actually bound (for tests that bind port 0). */
   readonly ports: { metrics?: number; health?: number } = {};
 
-  /** @param o see {@link ManagerOptions} */
+  /**
+   * A manager with no informer or controller yet; nothing runs until {@link Manager.run}.
+   * @param o see {@link ManagerOptions}
+   */
   constructor(o: ManagerOptions) {
-    this.#o = o;
+    this.#o = {
+      ...o,
+      metrics: o.metrics ?? new Metrics(),
+      metricsBindAddress: o.metricsBindAddress ?? "0",
+      healthProbeBindAddress: o.healthProbeBindAddress ?? "0",
+      leaderElect: o.leaderElect ?? false,
+      leaderElectionNamespace: o.leaderElectionNamespace || o.client.config.namespace,
+      leaderElectionId: o.leaderElectionId ?? "",
+      leaseDurationSeconds: o.leaseDurationSeconds ?? LEASE_DURATION_SECONDS,
+      renewDeadlineMs: o.renewDeadlineMs ?? RENEW_DEADLINE_MS,
+      retryPeriodMs: o.retryPeriodMs ?? RETRY_PERIOD_MS,
+      identity: o.identity || crypto.randomUUID(),
+      gracefulShutdownTimeoutMs: o.gracefulShutdownTimeoutMs ??
+        DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS,
+      watchNamespace: o.watchNamespace ?? "",
+      watchIdleTimeoutMs: o.watchIdleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
+      useWatchList: o.useWatchList ?? false,
+    };
+    if (this.#o.leaderElect && !this.#o.leaderElectionId) {
+      throw new Error("leaderElect needs a leaderElectionId (the Lease's name)");
+    }
   }
 
-  #informer<T extends KubeObject>(
+  /** The client controllers read and write through. */
+  get client(): KubeClient {
+    return this.#o.client;
+  }
+
+  /** The metrics served on `/metrics` (e.g. to count a client's requests with `restRequests`). */
+  get metrics(): Metrics {
+    return this.#o.metrics;
+  }
+
+  /** This process's identity (Lease holder, Events' `reportingInstance`). */
+  get identity(): string {
+    return this.#o.identity;
+  }
+
+  #notRunning(what: string): void {
+    if (this.#running) throw new Error(`${what} after Manager.run`);
+  }
+
+  /**
+   * The shared informer of `resource` in a namespace with selectors: the same one for the same
+   * resource, namespace and selectors, so each is listed and watched once however many
+   * controllers use it. Its reflector starts with {@link Manager.run}, on every replica (a
+   * standby keeps a warm cache); `/readyz` waits for it.
+   * @throws Error after {@link Manager.run}, or for an index name taken by another function.
+   */
+  informer<T extends KubeObject>(
+    resource: ResourceType,
+    opts: InformerOptions<T> = {},
+  ): Informer<T> {
+    this.#notRunning("Manager.informer");
+    const namespace = resource.namespaced
+      ? (opts.namespace ?? this.#o.watchNamespace) || undefined
+      : undefined;
+    const id = [
+      resource.apiVersion,
+      resource.plural,
+      namespace,
+      opts.labelSelector,
+      opts.fieldSelector,
+    ]
+      .join("|");
+    let inf = this.#informers.get(id) as Informer<T> | undefined;
+    if (!inf) {
+      const names = new Set([...this.#informers.values()].map((i) => i.name));
+      let name = resource.plural;
+      for (let n = 2; names.has(name); n++) name = `${resource.plural}-${n}`;
+      const store = new Store<T>({
+        onHandlerError: (err) => this.#log.error("Event handler failed", { error: errorText(err) }),
+      });
+      inf = {
+        name,
+        resource,
+        namespace,
+        labelSelector: opts.labelSelector,
+        fieldSelector: opts.fieldSelector,
+        store,
+        reflector: this.#reflector(resource, store, namespace, opts),
+      };
+      this.#informers.set(id, inf);
+    }
+    for (const [name, fn] of Object.entries(opts.indexes ?? {})) inf.store.addIndex(name, fn);
+    return inf;
+  }
+
+  /**
+   * An Event recorder (events.k8s.io/v1) reporting as `reportingController` (e.g.
+   * `example.com/my-operator`) and this manager's identity; queued Events are flushed (for up to
+   * 2 s) on shutdown.
+   * @param opts see {@link EventRecorderOptions} (e.g. `terminating`, the namespaces where
+   *   nothing is created any more); failed writes are logged at warning level (at debug when
+   *   fenced or throttled).
+   */
+  eventRecorder(
+    reportingController: string,
+    opts: Omit<EventRecorderOptions, "onError"> = {},
+  ): EventRecorder {
+    const r = new EventRecorder(this.#o.client, reportingController, this.#o.identity, {
+      ...opts,
+      onError: (err) =>
+        // Fenced (not the leader now) or throttled: expected, and said elsewhere.
+        isFenced(err) || isThrottled(err)
+          ? this.#log.debug("Event not recorded", { error: errorText(err) })
+          : this.#log.warn("Event not recorded", { error: errorText(err) }),
+    });
+    this.#recorders.push(r);
+    return r;
+  }
+
+  /**
+   * Declares a controller: changes of its primary objects enqueue their keys (filtered by its
+   * predicates), changes of owned objects the key of their controller owner, changes of watched
+   * objects the keys their mapping returns. Its workers run while this replica leads.
+   * @throws Error after {@link Manager.run} or for a name already used.
+   */
+  add<P extends KubeObject>(def: ControllerDefinition<P>): Controller {
+    this.#notRunning("Manager.add");
+    const o = this.#o;
+    if (this.#controllers.some((c) => c.controller.name === def.name)) {
+      throw new Error(`controller ${def.name} already added`);
+    }
+    const primary = def.for;
+    const controller = new Controller({
+      name: def.name,
+      reconcile: def.reconcile,
+      errorPolicy: def.errorPolicy,
+      maxConcurrentReconciles: def.maxConcurrentReconciles ?? o.maxConcurrentReconciles,
+      reconcileTimeoutMs: def.reconcileTimeoutMs ?? o.reconcileTimeoutMs,
+      syncPeriodMs: def.syncPeriodMs ?? o.syncPeriodMs,
+      allKeys: () => primary.store.keys(),
+      metrics: o.metrics,
+    });
+    const enqueue = (keys: string[]) => {
+      for (const k of keys) controller.enqueue(k);
+    };
+    // The primary maps to its own key (an update: the new state's, the same). Owned objects map
+    // to their controller owner of the primary's kind, watched ones through their function;
+    // for those both states of an update are mapped, so a changed owner or mapping reaches the
+    // old key too (client-go's EnqueueRequestForOwner does the same).
+    const toOwner = controllerOwnerKeys(primary.resource);
+    const sources: {
+      informer: Informer<KubeObject>;
+      map(obj: KubeObject): string[];
+      predicates?: Predicate<KubeObject>[];
+      mapOld: boolean;
+    }[] = [
+      {
+        informer: primary,
+        map: (obj) => [objectKey(obj)],
+        predicates: def.predicates,
+        mapOld: false,
+      },
+      ...(def.owns ?? []).map((w) => {
+        w.informer.store.addIndex(CONTROLLER_UID_INDEX, controllerUidIndex);
+        return { informer: w.informer, map: toOwner, predicates: w.predicates, mapOld: true };
+      }),
+      ...(def.watches ?? []).map((w) => ({ ...w, mapOld: true })),
+    ];
+    for (const w of sources) {
+      const preds = w.predicates ?? [];
+      w.informer.store.addHandler({
+        add: (obj) => {
+          if (passes(preds, { type: "create", obj })) enqueue(w.map(obj));
+        },
+        update: (oldObj, newObj) => {
+          if (!passes(preds, { type: "update", oldObj, newObj })) return;
+          if (w.mapOld) enqueue(w.map(oldObj));
+          enqueue(w.map(newObj));
+        },
+        delete: (obj) => {
+          if (passes(preds, { type: "delete", obj })) enqueue(w.map(obj));
+        },
+      });
+    }
+    const informers = new Set(sources.map((w) => w.informer));
+    this.#controllers.push({ controller, informers: [...informers] });
+    return controller;
+  }
+
+  #reflector<T extends KubeObject>(
     resource: ResourceType,
     store: Store<T>,
-    labelSelector: string | undefined,
-    signal: AbortSignal,
+    namespace: string | undefined,
+    opts: InformerOptions<T>,
   ): Reflector<T> {
     const o = this.#o;
     const logger = log("reflector").with({ resource: resource.plural });
@@ -99,8 +351,9 @@ export class Manager {
       client: o.client,
       resource,
       store,
-      namespace: o.watchNamespace || undefined,
-      labelSelector,
+      namespace,
+      labelSelector: opts.labelSelector,
+      fieldSelector: opts.fieldSelector,
       idleTimeoutMs: o.watchIdleTimeoutMs,
       useWatchList: o.useWatchList,
       onEvent: (ev: ReflectorEvent) => {
@@ -133,6 +386,13 @@ export class Manager {
               idleMs: ev.idleMs,
             });
             break;
+          case "restart":
+            logger.info("Watch restarted", {
+              why: ev.why,
+              resourceVersion: ev.resourceVersion,
+              detail: ev.detail,
+            });
+            break;
           case "error":
             o.metrics.reflectorWatchErrors.inc({ resource: resource.plural });
             logger.warn(ev.phase === "list" ? "List failed" : "Watch failed", {
@@ -147,8 +407,57 @@ export class Manager {
         }
       },
     });
-    r.run(signal).catch((err) => logger.error("Reflector stopped", { error: errorText(err) }));
     return r;
+  }
+
+  /** Where the trusted CAs come from, and a credential file that could not be used, if any. */
+  #trustHint(): string | undefined {
+    const c = this.#o.client;
+    const parts: string[] = [];
+    if (c.config.caFile) {
+      parts.push(`trusted CAs from ${c.config.caFile} (re-read every 60 s and after failures)`);
+    }
+    if (c.credentialFileError) parts.push(c.credentialFileError);
+    return parts.join("; ") || undefined;
+  }
+
+  /**
+   * Logs the health of the path to the apiserver: one error line once requests have had no
+   * answer for 10 s (naming the last reason, e.g. a TLS failure after a CA rotation), one line
+   * when it recovers; short blips only at debug level. Returns the unsubscribe function.
+   */
+  #logConnection(): () => void {
+    const logger = log("connection").with({ server: this.#o.client.config.server });
+    return this.#o.client.health.onEvent((ev) => {
+      switch (ev.type) {
+        case "failing":
+          logger.debug("Request to the apiserver got no answer", { error: ev.error });
+          break;
+        case "stillFailing":
+          logger.error("No answer from the apiserver; retrying", {
+            sinceMs: ev.sinceMs,
+            failures: ev.failures,
+            error: ev.error,
+            hint: this.#trustHint(),
+          });
+          break;
+        case "recovered": {
+          const r = ev.recovery;
+          const fields = {
+            failedForMs: r.recoveredAtMs - r.failingSinceMs,
+            failures: r.failures,
+            lastError: r.lastError,
+          };
+          if (ev.reported) logger.info("Connection to the apiserver recovered", fields);
+          else logger.debug("Connection to the apiserver recovered", fields);
+          break;
+        }
+        default: {
+          const never: never = ev;
+          logger.debug("Connection event", { event: never });
+        }
+      }
+    });
   }
 
   /**
@@ -156,78 +465,24 @@ export class Manager {
    * (resolves 1). Throws only for start-up errors (e.g. a bind address in use).
    */
   async run(signal: AbortSignal): Promise<number> {
+    this.#notRunning("Manager.run");
+    this.#running = true;
     const o = this.#o;
     const servers = new AbortController();
     const informers = new AbortController();
-    const onHandlerError = (err: unknown) =>
-      this.#log.error("Event handler failed", { error: errorText(err) });
-    const appServices = new Store<AppService>({ onHandlerError });
-    const pods = new Store<Pod>({
-      indexes: { [CONTROLLER_UID_INDEX]: controllerUidIndex },
-      onHandlerError,
-    });
-    const services = new Store<Service>({
-      indexes: { [CONTROLLER_UID_INDEX]: controllerUidIndex },
-      onHandlerError,
-    });
-
-    const events = new EventRecorder(
-      o.client,
-      `${GROUP}/appservice-operator`,
-      o.identity,
-      (err) =>
-        // Fenced (not the leader now) or throttled: expected, and said elsewhere.
-        isFenced(err) || isThrottled(err)
-          ? this.#log.debug("Event not recorded", { error: errorText(err) })
-          : this.#log.warn("Event not recorded", { error: errorText(err) }),
-    );
-    const controller = new Controller({
-      name: CONTROLLER_NAME,
-      reconcile: appServiceReconciler({ client: o.client, appServices, pods, services, events }),
-      maxConcurrentReconciles: o.maxConcurrentReconciles,
-      reconcileTimeoutMs: o.reconcileTimeoutMs,
-      syncPeriodMs: o.syncPeriodMs,
-      allKeys: () => appServices.keys(),
-      metrics: o.metrics,
-    });
-
-    // Event handlers: primary (generation-changed or deletion), owned objects via controller ref.
-    appServices.addHandler({
-      add: (obj) => controller.enqueue(objectKey(obj)),
-      update: (oldObj, newObj) => {
-        if (
-          oldObj.metadata?.generation !== newObj.metadata?.generation ||
-          !!oldObj.metadata?.deletionTimestamp !== !!newObj.metadata?.deletionTimestamp ||
-          (oldObj.metadata?.finalizers ?? []).join() !== (newObj.metadata?.finalizers ?? []).join()
-        ) controller.enqueue(objectKey(newObj));
-      },
-      delete: () => {},
-    });
-    const toOwner = (obj: KubeObject) => {
-      const ref = obj.metadata?.ownerReferences?.find((r) => r.controller);
-      if (ref && ref.kind === KIND && ref.apiVersion.startsWith(`${GROUP}/`)) {
-        controller.enqueue(`${obj.metadata?.namespace}/${ref.name}`);
-      }
-    };
-    for (const s of [pods, services] as Store<KubeObject>[]) {
-      s.addHandler({
-        add: toOwner,
-        update: (a, b) => {
-          toOwner(a);
-          toOwner(b);
-        },
-        delete: toOwner,
-      });
+    const allInformers = [...this.#informers.values()];
+    for (const inf of allInformers) {
+      inf.reflector.run(informers.signal).catch((err) =>
+        log("reflector").with({ resource: inf.resource.plural }).error("Reflector stopped", {
+          error: errorText(err),
+        })
+      );
     }
+    const controllers = this.#controllers;
 
-    const reflectors = [
-      this.#informer(APPSERVICES, appServices, undefined, informers.signal),
-      this.#informer(PODS, pods, MANAGED_SELECTOR, informers.signal),
-      this.#informer(SERVICES, services, MANAGED_SELECTOR, informers.signal),
-    ];
-    const names = ["appservices", "pods", "services"];
-
+    const unwatchConnection = this.#logConnection();
     let elector: LeaderElector | undefined;
+    let ownLeaseClient: KubeClient | undefined;
     let fenced = false;
     const health = parseBindAddress(o.healthProbeBindAddress);
     if (health) {
@@ -236,9 +491,13 @@ export class Manager {
           ping: () => undefined,
           lease: () => fenced ? "lost the Lease" : undefined,
         }),
-        "/readyz": checksHandler(Object.fromEntries(
-          reflectors.map((r, i) => [`informer-${names[i]}`, informerCheck(r, realClock.now)]),
-        )),
+        "/readyz": checksHandler({
+          ...Object.fromEntries(allInformers.map((i) => [
+            `informer-${i.name}`,
+            informerCheck(i.reflector, realClock.now),
+          ])),
+          apiserver: connectionCheck(o.client.health, realClock.now, () => this.#trustHint()),
+        }),
       }, servers.signal);
       this.ports.health = s.port;
     }
@@ -260,37 +519,44 @@ export class Manager {
       watchNamespace: o.watchNamespace || "(all)",
     });
 
-    // Leading: run the controller until shutdown or loss.
+    // Leading: run the controllers until shutdown or loss.
     const leading = new AbortController();
     const onSignal = () => leading.abort();
     signal.addEventListener("abort", onSignal, { once: true });
     let exitCode = 0;
-    let controllerDone: Promise<void> = Promise.resolve();
+    let controllerDone: Promise<unknown> = Promise.resolve();
     const startController = () => {
-      this.#log.info("Starting workers", {
-        controller: CONTROLLER_NAME,
-        workerCount: o.maxConcurrentReconciles,
+      // Wait for the caches, but not past shutdown (a missing CRD may keep them unsynced).
+      const stopped = new Promise<void>((r) => {
+        if (leading.signal.aborted) r();
+        else leading.signal.addEventListener("abort", () => r(), { once: true });
       });
-      controllerDone = (async () => {
-        // Wait for the caches, but not past shutdown (a missing CRD may keep them unsynced).
-        const stopped = new Promise<void>((r) => {
-          if (leading.signal.aborted) r();
-          else leading.signal.addEventListener("abort", () => r(), { once: true });
+      controllerDone = Promise.all(controllers.map(async ({ controller, informers }) => {
+        this.#log.info("Starting workers", {
+          controller: controller.name,
+          workerCount: controller.workers,
         });
-        await Promise.race([Promise.all(reflectors.map((r) => r.waitForSync())), stopped]);
+        await Promise.race([Promise.all(informers.map((i) => i.reflector.waitForSync())), stopped]);
         if (leading.signal.aborted) return;
-        this.#log.info("Caches synced; reconciling", { controller: CONTROLLER_NAME });
+        this.#log.info("Caches synced; reconciling", { controller: controller.name });
         await controller.run(leading.signal, o.gracefulShutdownTimeoutMs);
-      })();
+      }));
     };
     if (o.leaderElect) {
       const leaseName = `${o.leaderElectionNamespace}/${o.leaderElectionId}`;
       o.metrics.leaderStatus.set({ name: o.leaderElectionId }, 0);
-      if (!o.leaderElectionClient || o.leaderElectionClient === o.client) {
-        throw new Error("leader election needs a client of its own (leaderElectionClient)");
+      // The Lease needs a client without the write fence (and without the reconcilers' Retry-After
+      // gate): the one given, or one of our own on the same connection.
+      let leaseClient = o.leaderElectionClient;
+      if (!leaseClient || leaseClient === o.client) {
+        leaseClient = ownLeaseClient = new KubeClient(o.client.config, {
+          maxRetries: 0,
+          retryAfterGate: false,
+          health: o.client.health,
+        });
       }
       elector = new LeaderElector({
-        client: o.leaderElectionClient,
+        client: leaseClient,
         namespace: o.leaderElectionNamespace,
         name: o.leaderElectionId,
         identity: o.identity,
@@ -306,7 +572,7 @@ export class Manager {
           o.metrics.leaderStatus.set({ name: o.leaderElectionId }, 0);
           if (why === "lost") {
             fenced = true;
-            controller.fence();
+            for (const { controller } of controllers) controller.fence();
             leading.abort();
             this.#log.error("Lost the Lease; stopped all writes", { lease: leaseName });
           } else {
@@ -351,10 +617,15 @@ export class Manager {
     this.#log.info("Shutting down", { reason: exitCode ? "lost the Lease" : "signal" });
     await controllerDone;
     // Events are best effort; give the queued ones a moment to be written.
-    await Promise.race([events.flush(), new Promise((r) => setTimeout(r, 2_000))]);
+    await Promise.race([
+      Promise.all(this.#recorders.map((r) => r.flush())),
+      new Promise((r) => setTimeout(r, 2_000)),
+    ]);
     if (elector && exitCode === 0) await elector.release(AbortSignal.timeout(5_000));
+    ownLeaseClient?.close();
     informers.abort();
     servers.abort();
+    unwatchConnection();
     signal.removeEventListener("abort", onSignal);
     this.#log.info("Stopped", { exitCode });
     return exitCode;

@@ -41,21 +41,37 @@ function procSelfReadable(): boolean {
 export class Metrics {
   /** The registry served on `/metrics`. */
   readonly registry: client.Registry;
+  /** `controller_runtime_reconcile_total{controller,result}`: reconciles by result (success, error, requeue, requeue_after). */
   readonly reconcileTotal: client.Counter<"controller" | "result">;
+  /** `controller_runtime_reconcile_errors_total{controller}`: reconciles that threw or timed out. */
   readonly reconcileErrors: client.Counter<"controller">;
+  /** `controller_runtime_reconcile_time_seconds{controller}`: duration of one reconcile (s). */
   readonly reconcileTime: client.Histogram<"controller">;
+  /** `controller_runtime_max_concurrent_reconciles{controller}`: workers of the controller. */
   readonly maxConcurrentReconciles: client.Gauge<"controller">;
+  /** `controller_runtime_active_workers{controller}`: reconciles running now. */
   readonly activeWorkers: client.Gauge<"controller">;
+  /** `workqueue_depth{name,controller}`: keys waiting. */
   readonly queueDepth: client.Gauge<"name" | "controller">;
+  /** `workqueue_adds_total{name,controller}`: adds (duplicates included). */
   readonly queueAdds: client.Counter<"name" | "controller">;
+  /** `workqueue_queue_duration_seconds{name,controller}`: time from add to a worker taking the key (s). */
   readonly queueDuration: client.Histogram<"name" | "controller">;
+  /** `workqueue_work_duration_seconds{name,controller}`: time a worker held the key (s). */
   readonly workDuration: client.Histogram<"name" | "controller">;
+  /** `workqueue_retries_total{name,controller}`: rate-limited (backoff) re-adds. */
   readonly queueRetries: client.Counter<"name" | "controller">;
+  /** `workqueue_unfinished_work_seconds{name,controller}`: summed age of the reconciles in flight (s). */
   readonly unfinishedWork: client.Gauge<"name" | "controller">;
+  /** `workqueue_longest_running_processor_seconds{name,controller}`: age of the oldest reconcile in flight (s). */
   readonly longestRunning: client.Gauge<"name" | "controller">;
+  /** `rest_client_requests_total{code,method,host}`: apiserver requests by answer; fed by a client's `onRequest`. */
   readonly restRequests: client.Counter<"code" | "method" | "host">;
+  /** `leader_election_master_status{name}`: 1 while this process holds the Lease `name`, else 0. */
   readonly leaderStatus: client.Gauge<"name">;
+  /** `appservice_reflector_relists_total{resource}`: relists after 410 Gone. */
   readonly reflectorRelists: client.Counter<"resource">;
+  /** `appservice_reflector_watch_errors_total{resource}`: failed lists and watches. */
   readonly reflectorWatchErrors: client.Counter<"resource">;
 
   /** Creates every metric on a fresh registry, with default process metrics. */

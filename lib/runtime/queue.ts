@@ -28,20 +28,29 @@ export const QUEUE_BURST = 100;
 
 /** Hooks for metrics; each must not throw. Durations in seconds. */
 export interface QueueHooks {
+  /** Called for every add, duplicates included (`workqueue_adds_total`). */
   onAdd?(): void;
+  /** A worker took a key that waited this long (s). */
   onGet?(queueDurationSeconds: number): void;
+  /** A worker finished a key it held this long (s). */
   onDone?(workDurationSeconds: number): void;
+  /** A rate-limited (backoff) re-add (`workqueue_retries_total`). */
   onRetry?(): void;
 }
 
 /** Options of {@link WorkQueue}. */
 export interface QueueOptions {
+  /** Time for delays and durations; default the real clock. */
   clock?: Clock;
+  /** First per-key backoff delay (ms), doubling per failure; default {@link QUEUE_BASE_DELAY_MS}. */
   baseDelayMs?: number;
+  /** Cap of the per-key backoff (ms); default {@link QUEUE_MAX_DELAY_MS}. */
   maxDelayMs?: number;
   /** Overall token bucket for rate-limited adds; qps 0 disables it. */
   qps?: number;
+  /** Burst of the overall token bucket; default {@link QUEUE_BURST}. */
   burst?: number;
+  /** Metric hooks; default none. */
   hooks?: QueueHooks;
 }
 
@@ -61,7 +70,10 @@ export class WorkQueue {
   #bucket: TokenBucket;
   #shuttingDown = false;
 
-  /** @param o see {@link QueueOptions} */
+  /**
+   * An empty queue.
+   * @param o see {@link QueueOptions}
+   */
   constructor(o: QueueOptions = {}) {
     this.#clock = o.clock ?? realClock;
     this.#o = {

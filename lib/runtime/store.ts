@@ -40,8 +40,11 @@ export type IndexFunc<T> = (obj: T) => string[];
 
 /** Receives cache changes. `update` gets old and new; `delete` gets the last known state. */
 export interface StoreHandler<T> {
+  /** An object entered the cache (first seen, or seen again after a relist). */
   add?(obj: T): void;
+  /** An object changed (new resourceVersion): its previous and new state. */
   update?(oldObj: T, newObj: T): void;
+  /** An object left the cache: its last known state. */
   delete?(obj: T): void;
 }
 
@@ -69,12 +72,15 @@ export class Store<T extends KubeObject> {
   #items = new Map<string, T>();
   #indexes = new Map<string, Map<string, Set<string>>>();
   /** Each index function with its map (value → keys), in a list walked on every change. */
-  #indexList: { fn: IndexFunc<T>; idx: Map<string, Set<string>> }[] = [];
+  #indexList: { fn(obj: T): string[]; idx: Map<string, Set<string>> }[] = [];
   #handlers: StoreHandler<T>[] = [];
   #keepManagedFields: boolean;
   #onHandlerError: (err: unknown) => void;
 
-  /** @param o see {@link StoreOptions} */
+  /**
+   * An empty store with the given indexes.
+   * @param o see {@link StoreOptions}
+   */
   constructor(o: StoreOptions<T> = {}) {
     for (const [name, fn] of Object.entries(o.indexes ?? {})) {
       const idx = new Map<string, Set<string>>();
@@ -83,6 +89,30 @@ export class Store<T extends KubeObject> {
     }
     this.#keepManagedFields = !!o.keepManagedFields;
     this.#onHandlerError = o.onHandlerError ?? ((e) => console.error(e));
+  }
+
+  /**
+   * Adds a named index, computed at once over the cached objects and kept up to date after.
+   * Adding the same function under the same name again does nothing (informers shared between
+   * controllers may each ask for it).
+   * @throws Error when `name` already indexes with a different function.
+   */
+  addIndex(name: string, fn: IndexFunc<T>): void {
+    const existing = this.#indexList.find((e) => this.#indexes.get(name) === e.idx);
+    if (existing) {
+      if (existing.fn === fn) return;
+      throw new Error(`index ${name} already exists with another function`);
+    }
+    const idx = new Map<string, Set<string>>();
+    this.#indexes.set(name, idx);
+    this.#indexList.push({ fn, idx });
+    for (const [key, obj] of this.#items) {
+      for (const v of fn(obj)) {
+        let s = idx.get(v);
+        if (!s) idx.set(v, s = new Set());
+        s.add(key);
+      }
+    }
   }
 
   /** Registers a handler; it is told about future changes only. */

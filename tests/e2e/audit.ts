@@ -24,6 +24,8 @@ export interface AuditEvent {
   auditID?: string;
   /** When the apiserver received the request (RFC 3339, microseconds). */
   requestReceivedTimestamp?: string;
+  /** e.g. `authorization.k8s.io/decision`: `allow` or `forbid`. */
+  annotations?: Record<string, string>;
   stageTimestamp: string;
 }
 

@@ -42,12 +42,14 @@ import {
   logsOf,
   newNamespace,
   type Operator,
+  REPO,
   sleep,
   startOperator,
   waitFor,
 } from "./harness.ts";
 import { type AuditEvent, auditEvents, microTimeMs, receivedMs, WRITE_VERBS } from "./audit.ts";
-import { applyDeployRbac, type OperatorIdentity, operatorIdentity } from "./identity.ts";
+import { type OperatorIdentity, operatorIdentity } from "./identity.ts";
+import { applyDeployRbac } from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 /** Pause rounds (issue 11: at least 20). */
@@ -89,14 +91,14 @@ interface Holding {
 
 Deno.test("fenced writes: a paused leader sends no write after another replica took the Lease (S13)", async (t) => {
   await installCrd();
-  await applyDeployRbac();
+  const deployed = await applyDeployRbac(await admin(), REPO);
   const c = await admin();
   const leaseNs = await newNamespace("fencelease");
   const workNs = await newNamespace("fencing");
   const leaseName = `fencing-${crypto.randomUUID().slice(0, 6)}`;
   const dir = await Deno.makeTempDir({ prefix: "fencing-" });
-  const whoA = await operatorIdentity(leaseNs, "replica-a", dir);
-  const whoB = await operatorIdentity(leaseNs, "replica-b", dir);
+  const whoA = await operatorIdentity(deployed, leaseNs, "replica-a", dir);
+  const whoB = await operatorIdentity(deployed, leaseNs, "replica-b", dir);
   const flags = [
     "--leader-elect",
     `--leader-election-namespace=${leaseNs}`,

@@ -7,7 +7,7 @@
  * @module
  */
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
-import { parse as parseYaml } from "yaml";
+import { parse as parseYaml, stringify } from "yaml";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { loadClusterConfig } from "../../lib/kube/config.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
@@ -143,6 +143,27 @@ export function appService(ns: string, name: string, spec: Record<string, unknow
 /** The permission flags of `deno task start` (the same list the binary is compiled with). */
 export const startPermissionFlags = startFlags;
 
+/**
+ * Writes a copy of the admin kubeconfig to `${dir}/kubeconfig.yaml` with `server` as every
+ * cluster's server (e.g. a proxy's or a second apiserver's URL) and `edit` applied to the parsed
+ * document; returns the file's path.
+ */
+export async function kubeconfigFor(
+  server: string,
+  dir: string,
+  // deno-lint-ignore no-explicit-any
+  edit: (cfg: any) => void = () => {},
+): Promise<string> {
+  const info = await cluster();
+  // deno-lint-ignore no-explicit-any
+  const cfg = parseYaml(await Deno.readTextFile(info.kubeconfig)) as any;
+  for (const cl of cfg.clusters) cl.cluster.server = server;
+  edit(cfg);
+  const file = `${dir}/kubeconfig.yaml`;
+  await Deno.writeTextFile(file, stringify(cfg));
+  return file;
+}
+
 /** Picks a free loopback TCP port. */
 export function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -164,6 +185,8 @@ export interface Operator {
   waitReady(timeoutMs?: number): Promise<void>;
   /** GET /metrics text. */
   metrics(): Promise<string>;
+  /** GET /readyz: status and body. */
+  readyz(): Promise<{ status: number; body: string }>;
   /** Sends a signal and waits for exit; returns the exit code. */
   stop(signal?: Deno.Signal, timeoutMs?: number): Promise<number>;
   /** Resolves with the exit code when the process ends by itself. */
@@ -174,10 +197,13 @@ export interface Operator {
  * Starts the operator (`deno run <start flags> main.ts`) against the test cluster.
  * @param args extra flags; `--kubeconfig` defaults to the admin kubeconfig
  * @param env extra environment
+ * @param entry the program (default main.ts; e.g. an example controller taking the same
+ *   `--kubeconfig`, `--health-probe-bind-address` and `--metrics-bind-address` flags)
  */
 export async function startOperator(
   args: string[] = [],
   env: Record<string, string> = {},
+  entry = `${REPO}/main.ts`,
 ): Promise<Operator> {
   const info = await cluster();
   const healthPort = freePort();
@@ -188,7 +214,7 @@ export async function startOperator(
     args: [
       "run",
       ...perms,
-      `${REPO}/main.ts`,
+      entry,
       ...(hasKubeconfig ? [] : [`--kubeconfig=${info.kubeconfig}`]),
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
@@ -240,6 +266,10 @@ export async function startOperator(
     async metrics() {
       const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
       return await r.text();
+    },
+    async readyz() {
+      const r = await fetch(`http://127.0.0.1:${healthPort}/readyz`);
+      return { status: r.status, body: await r.text() };
     },
     stop: (sig: Deno.Signal = "SIGTERM", timeoutMs = 45_000) =>
       stopChild(child, status, sig, timeoutMs),

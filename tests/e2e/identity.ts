@@ -1,70 +1,25 @@
 /**
- * Operator identities for end-to-end tests: deploy/'s RBAC objects, and a ServiceAccount of its
- * own per operator replica (bound to deploy/'s ClusterRole, plus the Lease Role in a namespace of
- * the test's choosing) with a kubeconfig holding a token minted for it. One identity per replica
- * makes the audit log say which replica sent each request (`user.username`).
+ * Operator identities for end-to-end tests: a ServiceAccount of its own per operator replica,
+ * bound to deploy/'s ClusterRole (through a ClusterRoleBinding of its own) and to deploy/'s Lease
+ * Role copied into a namespace of the test's choosing, with a kubeconfig holding a token minted
+ * for it. One identity per replica makes the audit log say which replica sent each request
+ * (`user.username`).
  *
  * @module
  */
-import { parseAllDocuments, stringify } from "yaml";
 import type { KubeObject } from "../../lib/kube/client.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
-import { NAMESPACES, type ResourceType } from "../../lib/kube/resources.ts";
-import { admin, cluster, REPO } from "./harness.ts";
+import { admin, cluster } from "./harness.ts";
 import {
   CLUSTER_ROLE_BINDINGS,
-  CLUSTER_ROLES,
   mintToken,
   RBAC,
   ROLE_BINDINGS,
   ROLES,
+  type Rule,
   SERVICE_ACCOUNTS,
+  writeTokenKubeconfig,
 } from "./resources.ts";
-
-/** One RBAC rule. */
-export interface Rule {
-  apiGroups: string[];
-  resources: string[];
-  verbs: string[];
-}
-
-/** deploy/'s object kinds the tests apply, and their resource types. */
-export const DEPLOY_KINDS: Record<string, ResourceType> = {
-  Namespace: NAMESPACES,
-  ServiceAccount: SERVICE_ACCOUNTS,
-  ClusterRole: CLUSTER_ROLES,
-  ClusterRoleBinding: CLUSTER_ROLE_BINDINGS,
-  Role: ROLES,
-  RoleBinding: ROLE_BINDINGS,
-};
-
-/** The Namespace, ServiceAccount and RBAC objects of deploy/, as written there. */
-export async function deployObjects(): Promise<(KubeObject & { rules?: Rule[] })[]> {
-  const out: (KubeObject & { rules?: Rule[] })[] = [];
-  for (const f of ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"]) {
-    const text = await Deno.readTextFile(`${REPO}/deploy/${f}`);
-    for (const doc of parseAllDocuments(text)) {
-      const o = doc.toJS() as KubeObject;
-      if (o?.kind && DEPLOY_KINDS[o.kind]) out.push(o);
-    }
-  }
-  return out;
-}
-
-/** Applies deploy/'s objects (server-side apply); returns them. */
-export async function applyDeployRbac(): Promise<(KubeObject & { rules?: Rule[] })[]> {
-  const c = await admin();
-  const objects = await deployObjects();
-  for (const o of objects) {
-    await c.patch(DEPLOY_KINDS[o.kind!], o.metadata!.name!, o, {
-      namespace: o.metadata!.namespace,
-      type: "apply",
-      fieldManager: "appservice-e2e",
-      force: true,
-    });
-  }
-  return objects;
-}
 
 /** An operator identity made by {@link operatorIdentity}. */
 export interface OperatorIdentity {
@@ -84,18 +39,20 @@ export interface OperatorIdentity {
 /**
  * A ServiceAccount `name` in `namespace` with deploy/'s permissions: its ClusterRole through a
  * ClusterRoleBinding of its own, and deploy/'s Lease Role copied into `namespace` (where the test
- * keeps its Lease). The token (TokenRequest API) is valid for an hour. Needs
- * {@link applyDeployRbac} first. The kubeconfig is written into `dir`.
+ * keeps its Lease). The token (TokenRequest API) is valid for an hour; the kubeconfig is written
+ * into `dir`.
+ * @param deployObjects what `applyDeployRbac` (resources.ts) applied
  */
 export async function operatorIdentity(
+  deployObjects: (KubeObject & { rules?: Rule[] })[],
   namespace: string,
   name: string,
   dir: string,
 ): Promise<OperatorIdentity> {
   const c = await admin();
-  const objects = await deployObjects();
-  const leaseRole = objects.find((o) => o.kind === "Role")!;
-  const clusterRole = objects.find((o) => o.kind === "ClusterRole")!;
+  const info = await cluster();
+  const leaseRole = deployObjects.find((o) => o.kind === "Role")!;
+  const clusterRole = deployObjects.find((o) => o.kind === "ClusterRole")!;
   await c.create(SERVICE_ACCOUNTS, {
     apiVersion: "v1",
     kind: "ServiceAccount",
@@ -129,7 +86,8 @@ export async function operatorIdentity(
     subjects,
   } as KubeObject);
   const token = await mintToken(c, namespace, name, 3600);
-  const kubeconfig = await writeTokenKubeconfig(`${dir}/kubeconfig-${name}`, token, namespace);
+  const kubeconfig = `${dir}/kubeconfig-${name}`;
+  await writeTokenKubeconfig(kubeconfig, info.server, info.caCertFile, token, namespace);
   return {
     user: `system:serviceaccount:${namespace}:${name}`,
     namespace,
@@ -142,31 +100,4 @@ export async function operatorIdentity(
       });
     },
   };
-}
-
-/**
- * Writes a kubeconfig for the test cluster holding only `token` (the cluster CA as a file), with
- * context namespace `namespace`; returns `file`.
- */
-export async function writeTokenKubeconfig(
-  file: string,
-  token: string,
-  namespace: string,
-): Promise<string> {
-  const info = await cluster();
-  await Deno.writeTextFile(
-    file,
-    stringify({
-      apiVersion: "v1",
-      kind: "Config",
-      "current-context": "sa",
-      clusters: [{
-        name: "local",
-        cluster: { server: info.server, "certificate-authority": info.caCertFile },
-      }],
-      users: [{ name: "sa", user: { token } }],
-      contexts: [{ name: "sa", context: { cluster: "local", user: "sa", namespace } }],
-    }),
-  );
-  return file;
 }

@@ -32,12 +32,13 @@ import {
   metricSum,
   newNamespace,
   type Operator,
+  REPO,
   startOperator,
   waitFor,
 } from "./harness.ts";
 import { auditEvents, microTimeMs, receivedMs } from "./audit.ts";
-import { applyDeployRbac, operatorIdentity } from "./identity.ts";
-import { rt } from "./resources.ts";
+import { operatorIdentity } from "./identity.ts";
+import { applyDeployRbac, rt } from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 const FLOWCONTROL = "flowcontrol.apiserver.k8s.io/v1";
@@ -95,12 +96,12 @@ async function apiserverMetrics(): Promise<string> {
 
 Deno.test("Retry-After: a throttled operator waits what the apiserver says and converges (S16)", async (t) => {
   await installCrd();
-  await applyDeployRbac();
+  const deployed = await applyDeployRbac(await admin(), REPO);
   const c = await admin();
   const info = await cluster();
   const ns = await newNamespace("throttle");
   const dir = await Deno.makeTempDir({ prefix: "throttle-" });
-  const who = await operatorIdentity(ns, "throttled", dir);
+  const who = await operatorIdentity(deployed, ns, "throttled", dir);
   const name = `e2e-throttle-${crypto.randomUUID().slice(0, 6)}`;
   let op: Operator | undefined;
   try {

@@ -1,5 +1,12 @@
 import { assert, assertEquals, assertRejects } from "../assert.ts";
-import { FLAGS, helpText, parseDurationMs, parseFlags } from "../../lib/cli.ts";
+import {
+  FLAGS,
+  type FlagValues,
+  helpText,
+  markdownFlagTable,
+  parseDurationMs,
+  parseFlags,
+} from "../../lib/cli.ts";
 import { parseBindAddress } from "../../lib/runtime/health.ts";
 
 Deno.test("cli: durations as Go writes them", () => {
@@ -57,4 +64,39 @@ Deno.test("cli: bind addresses as controller-runtime takes them", () => {
   assertEquals(parseBindAddress("[::1]:9"), { hostname: "::1", port: 9 });
   assertEquals(parseBindAddress("0"), undefined);
   assertRejects(() => parseBindAddress("8080"), /not host:port/);
+});
+
+Deno.test("cli: the README's flag table is the one the flag table generates", () => {
+  const readme = Deno.readTextFileSync(new URL("../../README.md", import.meta.url));
+  const section = readme.slice(readme.indexOf("\n## Flags\n"));
+  /** The cells of the table rows of `text`, up to its next section. */
+  const rows = (text: string) => {
+    const end = text.indexOf("\n## ", 1);
+    return (end < 0 ? text : text.slice(0, end)).split("\n")
+      .filter((l) => l.startsWith("| `--"))
+      .map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
+  };
+  assertEquals(
+    rows(section),
+    rows(markdownFlagTable()),
+    "README.md's flag table is stale; print the new one with\n" +
+      `  deno eval 'import { markdownFlagTable } from "./lib/cli.ts"; ` +
+      `console.log(markdownFlagTable())' | deno fmt --ext md -`,
+  );
+});
+
+Deno.test("cli: parsed values are typed from the table (no casts needed)", () => {
+  const r = parseFlags(
+    ["--log-level=debug", "--sync-period=1m", "--leader-elect"],
+    () => undefined,
+  );
+  assert(r.kind === "run");
+  const v: FlagValues = r.values;
+  const level: "trace" | "debug" | "info" | "warning" | "error" | "fatal" = v["log-level"];
+  const syncMs: number = v["sync-period"];
+  const elect: boolean = v["leader-elect"];
+  const ns: string = v["watch-namespace"];
+  assertEquals([level, syncMs, elect, ns], ["debug", 60_000, true, ""]);
+  assertRejects(() => parseFlags(["--log-format=xml"], () => undefined), /json, console/);
+  assert(helpText().includes("--log-level <trace|debug|info|warning|error|fatal>"));
 });

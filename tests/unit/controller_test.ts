@@ -536,25 +536,26 @@ Deno.test("controller S16: a throttled reconcile is requeued after max(backoff, 
 
 Deno.test("controller: the error policy maps errors to requeue decisions (fenced, throttled, conflict, other)", async () => {
   const fenced = new FencedError("RenewalStale", "PATCH /x", 3_500);
-  assertEquals(defaultErrorPolicy(fenced).result, "requeue");
+  const f = defaultErrorPolicy(fenced);
+  assert(f?.requeue && f.expected && !f.minDelayMs, JSON.stringify(f));
   const t = defaultErrorPolicy(new ApiError(429, {}, { retryAfterSeconds: 3 }));
-  assertEquals([t.result, t.minDelayMs], ["requeue_after", 3_000]);
+  assert(t?.expected, "throttled is expected");
+  assertEquals(t.minDelayMs, 3_000);
   // A client-side 429 (the Retry-After gate refused to send) is the same.
   const local = new ApiError(429, { reason: "TooManyRequests" }, { retryAfterSeconds: 0.25 });
-  assertEquals(defaultErrorPolicy(local).minDelayMs, 250);
+  assertEquals(defaultErrorPolicy(local)?.minDelayMs, 250);
   // 503 only with a Retry-After; without it, an error like any other.
-  assertEquals(defaultErrorPolicy(new ApiError(503, {})).result, "error");
-  const u = defaultErrorPolicy(new ApiError(503, {}, { retryAfterSeconds: 1 }));
-  assertEquals(u.result, "requeue_after");
+  assertEquals(defaultErrorPolicy(new ApiError(503, {})), undefined);
   assertEquals(
-    defaultErrorPolicy(new ApiError(409, { reason: "Conflict", code: 409 })).result,
-    "requeue",
+    defaultErrorPolicy(new ApiError(503, {}, { retryAfterSeconds: 1 }))?.minDelayMs,
+    1_000,
   );
-  assertEquals(defaultErrorPolicy(new Error("boom")).result, "error");
-  assertEquals(defaultErrorPolicy(new ApiError(422, { reason: "Invalid" })).result, "error");
+  assert(defaultErrorPolicy(new ApiError(409, { reason: "Conflict", code: 409 }))?.expected);
+  assertEquals(defaultErrorPolicy(new Error("boom")), undefined);
+  assertEquals(defaultErrorPolicy(new ApiError(422, { reason: "Invalid" })), undefined);
 
-  // Through a controller: a fenced reconcile is requeued with backoff and not counted; a custom
-  // policy decides instead of the default.
+  // Through a controller: a fenced reconcile is requeued with backoff and not counted; a policy
+  // of the controller's own decides before the default.
   const clock = new FakeClock();
   const metrics = new Metrics();
   let n = 0;
@@ -582,7 +583,7 @@ Deno.test("controller: the error policy maps errors to requeue decisions (fenced
     reconcile: () => Promise.reject(new Error("permanent")),
     errorPolicy: (err) => {
       seen.push(err);
-      return { result: "requeue_after", minDelayMs: 60_000, message: "Later" };
+      return { requeue: true, minDelayMs: 60_000, expected: { message: "Later" } };
     },
   });
   const stop2 = new AbortController();

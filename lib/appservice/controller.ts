@@ -1,0 +1,72 @@
+/**
+ * The AppService controller's wiring, in one place next to its reconciler (as controller-runtime's
+ * `SetupWithManager` and kube-rs's `Controller::new(...).owns(...)` keep it): the primary
+ * AppServices, the Pods and Services it owns (only those labelled as managed by this operator, so
+ * the caches hold nothing else), the predicates and the reconciler.
+ *
+ * Enqueued: an AppService added, or updated in its spec (generation), its deletionTimestamp or
+ * its finalizers (status and metadata writes, including the operator's own status writes, do not
+ * enqueue); never its removal from the cache (cleanup runs through the finalizer, which the
+ * update with a deletionTimestamp already brought). Any change of an owned Pod or Service
+ * enqueues its controller owner.
+ *
+ * @module
+ */
+import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
+import { PODS, SERVICES } from "../kube/resources.ts";
+import type { Controller } from "../runtime/controller.ts";
+import type { Manager } from "../runtime/manager.ts";
+import { TerminatingNamespaces } from "../runtime/namespaces.ts";
+import {
+  anyOf,
+  deletionOrFinalizersChanged,
+  generationChanged,
+  ignoreDeletes,
+} from "../runtime/predicates.ts";
+import { APPSERVICES, GROUP } from "./api.ts";
+import { MANAGED_SELECTOR } from "./pods.ts";
+import { appServiceReconciler } from "./reconcile.ts";
+import type { AppService } from "./schema.ts";
+
+/** Name of the AppService controller (metrics label `controller`, logs). */
+export const CONTROLLER_NAME = "appservice";
+
+/** `reportingController` of the operator's Events (events.k8s.io/v1: `<domain>/<name>`). */
+export const REPORTING_CONTROLLER = `${GROUP}/appservice-operator`;
+
+/**
+ * Declares the AppService controller on `manager`: informers of AppServices (all), and of Pods
+ * and Services labelled `app.kubernetes.io/managed-by=appservice-operator`, in the manager's
+ * watch namespace; workers, timeout and sync period are the manager's defaults.
+ * @returns the controller (its queue, for tests and metrics)
+ */
+export function addAppServiceController(manager: Manager): Controller {
+  const appServices = manager.informer<AppService>(APPSERVICES);
+  const pods = manager.informer<Pod>(PODS, { labelSelector: MANAGED_SELECTOR });
+  const services = manager.informer<Service>(SERVICES, { labelSelector: MANAGED_SELECTOR });
+  // Namespaces being deleted (S21): every AppService cached there is held back at once, Events
+  // included; an entry goes with the AppService's removal from the cache.
+  const terminating = new TerminatingNamespaces((ns) =>
+    appServices.store.list().filter((a) => a.metadata?.namespace === ns).map((a) =>
+      a.metadata!.uid!
+    )
+  );
+  appServices.store.addHandler({
+    delete: (obj) => terminating.forget(obj.metadata?.namespace, obj.metadata?.uid),
+  });
+  const events = manager.eventRecorder(REPORTING_CONTROLLER, { terminating });
+  return manager.add({
+    name: CONTROLLER_NAME,
+    for: appServices,
+    predicates: [anyOf(generationChanged, deletionOrFinalizersChanged), ignoreDeletes],
+    owns: [{ informer: pods }, { informer: services }],
+    reconcile: appServiceReconciler({
+      client: manager.client,
+      appServices: appServices.store,
+      pods: pods.store,
+      services: services.store,
+      events,
+      terminating,
+    }),
+  });
+}

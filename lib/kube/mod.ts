@@ -1,0 +1,96 @@
+/**
+ * A Kubernetes client for Deno: configuration found as client-go finds it (kubeconfig,
+ * in-cluster, exec plugins), a REST client with typed errors, paging, watch and every patch
+ * type, and the addressing of API resources. It knows nothing of controllers; lib/runtime builds
+ * informers, work queues and leader election on it.
+ *
+ * ```ts
+ * import { KubeClient, loadClusterConfig, isNotFound, PODS } from "./mod.ts";
+ * const client = new KubeClient(loadClusterConfig());
+ * const pods = await client.listAll(PODS, { namespace: "default" });
+ * ```
+ *
+ * @module
+ */
+export {
+  type CallOptions,
+  type ClientOptions,
+  type DeleteOptions,
+  KubeClient,
+  type KubeObject,
+  type ListOptions,
+  MAX_RETRY_AFTER_SECONDS,
+  MAX_THROTTLE_WAIT_MS,
+  type ObjectList,
+  PATCH_CONTENT_TYPES,
+  type PatchOptions,
+  type RequestInfo,
+  type WatchOptions,
+  type WriteFence,
+  type WriteOptions,
+} from "./client.ts";
+export {
+  type AuthConfig,
+  type ClusterConfig,
+  type ExecConfig,
+  inClusterConfig,
+  loadClusterConfig,
+  type LoadOptions,
+  SERVICE_ACCOUNT_DIR,
+} from "./config.ts";
+export {
+  ApiError,
+  ConfigError,
+  FencedError,
+  type FenceReason,
+  isAlreadyExists,
+  isConflict,
+  isFenced,
+  isForbidden,
+  isGone,
+  isInvalid,
+  isNamespaceTerminating,
+  isNotFound,
+  isThrottled,
+  isTooManyRequests,
+  isUnauthorized,
+  networkErrorReason,
+  type Status,
+} from "./errors.ts";
+export {
+  CONFIGMAPS,
+  CRDS,
+  EVENTS,
+  LEASES,
+  NAMESPACES,
+  PODS,
+  resourcePath,
+  type ResourceType,
+  SERVICES,
+} from "./resources.ts";
+export {
+  GATE_WINDOW_OPEN_AT,
+  GATE_WINDOW_STEP_MS,
+  RetryAfterGate,
+  type RetryAfterGateOptions,
+} from "./throttle.ts";
+export {
+  type ObjectWatchEvent,
+  type WatchEvent,
+  WatchIdleError,
+  WatchRestartError,
+} from "./watch.ts";
+export {
+  ConnectionHealth,
+  type ConnectionHealthOptions,
+  type HealthEvent,
+  type Recovery,
+  type Timers,
+} from "./connection.ts";
+export type {
+  FieldsV1,
+  ManagedFieldsEntry,
+  ObjectMeta,
+  OwnerReference,
+  Time,
+} from "kubernetes-types/meta/v1.d.ts";
