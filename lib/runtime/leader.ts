@@ -12,10 +12,10 @@
  * Times are written in MicroTime form (RFC 3339 with microseconds).
  *
  * Fencing (S13): the elector owns a {@link LeaseFence}, the {@link WriteFence} the manager puts on
- * the reconcilers' client. A write may leave only while this candidate leads and the last
- * successful acquire/renew attempt *started* less than `renewDeadlineMs` ago, measured when the
- * request is handed to fetch on a monotonic clock (`performance.now()`, CLOCK_MONOTONIC, which
- * keeps counting while the process is SIGSTOPped). A standby takes over only after it saw the
+ * the reconcilers' client. A write may leave only while this candidate leads and the Lease write
+ * (update or create) of its last successful acquire/renew attempt was *sent* less than
+ * `renewDeadlineMs` ago, measured when the request is handed to fetch on a monotonic clock
+ * (`performance.now()`, CLOCK_MONOTONIC, which keeps counting while the process is SIGSTOPped). A standby takes over only after it saw the
  * record unchanged for `leaseDurationSeconds` on its own clock, counted from after the renewal was
  * sent, so a write passed by the fence reaches the apiserver before any takeover unless it spends
  * longer than leaseDuration − renewDeadline between the check and the apiserver: only a process
@@ -45,7 +45,7 @@ export function microTime(ms: number): string {
   return iso.replace(/\.(\d{3})Z$/, ".$1000Z");
 }
 
-/** The start of a Lease attempt on both clocks of a {@link LeaseFence} (ms). */
+/** When a Lease write was sent, on both clocks of a {@link LeaseFence} (ms). */
 export interface FenceStamp {
   /** On the monotonic clock (`performance.now()` by default). */
   monotonicMs: number;
@@ -55,8 +55,8 @@ export interface FenceStamp {
 
 /**
  * The write fence of a Lease candidate (see the module doc). Writes pass only while it leads and
- * its last successful renewal started less than `renewDeadlineMs` ago, on a monotonic clock and,
- * as a second opinion, on the wall clock: CLOCK_MONOTONIC stops while the whole machine or VM is
+ * the Lease write of its last successful renewal was sent less than `renewDeadlineMs` ago, on a
+ * monotonic clock and, as a second opinion, on the wall clock: CLOCK_MONOTONIC stops while the whole machine or VM is
  * suspended, and a wall clock set right after resume (NTP) still shows the gap; a wall clock
  * stepped back never opens the fence, the monotonic age decides then. Under a VM pause whose
  * guest clocks do not move at all the fence cannot tell, and the server-side preconditions
@@ -91,12 +91,12 @@ export class LeaseFence implements WriteFence {
     this.#timers = timers;
   }
 
-  /** Now, on both clocks: taken when a Lease attempt starts. */
+  /** Now, on both clocks: taken right before a Lease write is sent. */
   stamp(): FenceStamp {
     return { monotonicMs: this.#monotonic(), wallMs: this.#wall() };
   }
 
-  /** A Lease attempt that started at `at` succeeded: this candidate holds the Lease. */
+  /** A Lease write sent at `at` succeeded: this candidate holds the Lease. */
   renewed(at: FenceStamp): void {
     if (this.#term.signal.aborted) this.#term = new AbortController();
     this.#leading = true;
@@ -292,7 +292,6 @@ export class LeaderElector {
    */
   async tryAcquireOrRenew(signal?: AbortSignal): Promise<boolean> {
     const o = this.#o;
-    const stamp = this.fence.stamp();
     const now = this.#clock.now();
     const spec = (prev?: Lease["spec"]) => {
       const taking = prev?.holderIdentity !== o.identity;
@@ -314,6 +313,10 @@ export class LeaderElector {
         current = await o.client.get<Lease>(LEASES, o.name, { namespace: o.namespace, signal });
       } catch (err) {
         if (!isNotFound(err)) throw err;
+        // The fence counts from the moment the write that makes us holder is sent: the record
+        // cannot have changed earlier (a slow read before it, e.g. one stuck on a stalled
+        // connection, does not age the new term).
+        const stamp = this.fence.stamp();
         this.#lease = await o.client.create<Lease>(LEASES, {
           apiVersion: "coordination.k8s.io/v1",
           kind: "Lease",
@@ -332,6 +335,7 @@ export class LeaderElector {
       if (holder && holder !== o.identity && this.#observed!.atMs + durMs > now) {
         return false; // held by someone else and not expired (by our own observation)
       }
+      const stamp = this.fence.stamp();
       this.#lease = await o.client.update<Lease>(LEASES, {
         ...current,
         spec: { ...current.spec, ...spec(current.spec) },
@@ -378,9 +382,16 @@ export class LeaderElector {
       this.fence.revoke();
       return "stopped";
     }
+    // An acquisition whose write took long to answer may leave the fence closed already: renew
+    // at once rather than after a retry period (a failure here is judged by the loop below).
+    if (!this.fence.open) {
+      await this.tryAcquireOrRenew(
+        AbortSignal.any([signal, AbortSignal.timeout(o.retryPeriodMs)]),
+      );
+    }
     this.#leading = true;
     o.onStartedLeading?.();
-    // Renew. The deadline is the fence's: the age of the last successful attempt's start.
+    // Renew. The deadline is the fence's: the age of the last successful write's sending.
     while (!signal.aborted) {
       try {
         await sleepOn(this.#clock, o.retryPeriodMs, signal);

@@ -214,8 +214,12 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
           100,
         );
         assert(taken);
-        // Keep it paused a while longer: the new leader writes meanwhile.
-        await sleep(Math.random() * 2_000);
+        // Keep it paused a while longer (and past the lease duration in any case: the standby may
+        // take over sooner after the SIGSTOP when the leader's last renewal came well before it):
+        // the new leader writes meanwhile.
+        await sleep(
+          Math.max(Math.random() * 2_000, LEASE_MS + 200 - (performance.now() - stoppedAt)),
+        );
         leader.op.child.kill("SIGCONT");
         const pausedMs = performance.now() - stoppedAt;
         const st = await Promise.race([leader.op.status, sleep(20_000).then(() => undefined)]);
