@@ -117,7 +117,10 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   ): Failure {
     const r = rejected.refused(key, as.metadata.generation ?? 0, write, "");
     const inS = Math.round((r.nextAtMs - now()) / 1000);
-    r.message = `${what} refused: ${errorText(err)} (attempt ${r.attempts}; next in ${inS} s, ` +
+    const answer = err instanceof ApiError && err.status?.message
+      ? `${err.code} ${err.reason}: ${err.status.message}`
+      : errorText(err);
+    r.message = `${what} refused: ${answer} (attempt ${r.attempts}; next in ${inS} s, ` +
       "at once when the spec changes)";
     return { reason, message: r.message, rejected: true };
   }

@@ -141,6 +141,7 @@ Deno.test("S19: writes refused by admission or quota are reported and retried sl
       assert(d2.message.includes("port 6666"), d2.message);
       const d3 = await degraded(nsQuota, "quota", "PodCreateRejected");
       assert(d3.message.includes("exceeded quota"), d3.message);
+      for (const d of [d1, d2, d3]) console.log(`S19 Degraded ${d.reason}: ${d.message}`);
       await warningEvent(c, nsPolicy, "blocked", "PodCreateRejected");
       await warningEvent(c, nsPolicy, "badport", "ServiceRejected");
       await warningEvent(c, nsQuota, "quota", "PodCreateRejected");

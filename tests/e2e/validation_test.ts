@@ -64,6 +64,7 @@ Deno.test("validation: invalid AppServices get 422 naming the field; defaults ap
     await t.step("specs at the edge that Pods and Services accept are accepted", async () => {
       for (const [i, spec] of ACCEPTED_SPECS.entries()) {
         await c.create(APPSERVICES as never, appService(ns, `edge-${i}`, spec));
+        await c.delete(APPSERVICES as never, `edge-${i}`, { namespace: ns });
       }
     });
 
