@@ -17,7 +17,7 @@
  * (Ki..Ei), a decimal SI suffix (n, u, m, k, M, G, T, P, E) or a decimal exponent of at most two
  * digits. RE2- and ECMAScript-compatible (the CRD's CEL `matches` and this module use it).
  */
-export const QUANTITY_PATTERN =
+export const QUANTITY_PATTERN: string =
   "^\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$";
 
 /** Longest quantity string the schema accepts (a bound for CEL's cost estimate). */
@@ -72,11 +72,6 @@ export function quantityNanos(q: unknown): bigint | undefined {
   if (tenPower >= 0) return num * 10n ** BigInt(tenPower);
   const den = 10n ** BigInt(-tenPower);
   return (num + den - 1n) / den; // round up (values are never negative here)
-}
-
-/** `quantity(s).compareTo(quantity(t))` for two valid quantities: -1, 0 or 1. */
-export function compareQuantities(a: bigint, b: bigint): -1 | 0 | 1 {
-  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 const INT64_MAX = (1n << 63n) - 1n;

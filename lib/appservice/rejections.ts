@@ -50,7 +50,10 @@ export class RejectedWrites {
   #now: () => number;
   #byKey = new Map<string, { generation: number; writes: Map<string, Refusal> }>();
 
-  /** @param now clock (ms), injected for tests */
+  /**
+   * An empty record.
+   * @param now clock (ms since the epoch), injected for tests
+   */
   constructor(now: () => number = Date.now) {
     this.#now = now;
   }

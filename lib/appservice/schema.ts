@@ -36,7 +36,7 @@ export const IMAGE_PATTERN = "^" +
   "(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(?:@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$";
 
 /** Message of the image validation rule (what users see instead of the regular expression). */
-export const IMAGE_MESSAGE =
+export const IMAGE_MESSAGE: string =
   "must be an image reference with a tag and/or a digest, e.g. nginx:1.27, " +
   "localhost:5000/team/app:1.2.3 or ghcr.io/org/app@sha256:<64 hex digits>";
 
@@ -52,7 +52,8 @@ const IMAGE_RULE = celRule({
 }, (s: string) => IMAGE_RE.test(s));
 
 /** Message of the name validation rule. */
-export const NAME_MESSAGE = "metadata.name must be at most 63 characters of lower-case letters, " +
+export const NAME_MESSAGE: string =
+  "metadata.name must be at most 63 characters of lower-case letters, " +
   "digits and '-', starting with a letter (it names the Service and labels the Pods)";
 const NAME_RULE = celRule({
   rule: "self.metadata.name.size() <= 63 && " +
@@ -61,9 +62,10 @@ const NAME_RULE = celRule({
 }, (o) => o.metadata.name.length <= 63 && /^[a-z]([-a-z0-9]*[a-z0-9])?$/.test(o.metadata.name));
 
 /** DNS-1123 subdomain (IsDNS1123Subdomain, k8s.io/apimachinery/pkg/util/validation). */
-export const DNS1123_SUBDOMAIN = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+export const DNS1123_SUBDOMAIN: string =
+  "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 /** Name part of a qualified name (IsQualifiedName): at most 63 characters. */
-export const QUALIFIED_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?";
+export const QUALIFIED_NAME: string = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?";
 
 /**
  * Environment variable names every Kubernetes version accepts: IsEnvVarName
@@ -71,7 +73,8 @@ export const QUALIFIED_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?";
  * this to printable ASCII except `=` (RelaxedEnvironmentVariableValidation); the CRD keeps the
  * rule that holds on every cluster.
  */
-export const ENV_NAME_PATTERN = "^([-_a-zA-Z][-._a-zA-Z0-9]*|\\.[-_a-zA-Z0-9][-._a-zA-Z0-9]*)$";
+export const ENV_NAME_PATTERN: string =
+  "^([-_a-zA-Z][-._a-zA-Z0-9]*|\\.[-_a-zA-Z0-9][-._a-zA-Z0-9]*)$";
 /** ConfigMap and Secret keys (IsConfigMapKey): `[-._a-zA-Z0-9]+`, not `.`, `..` or `..*`. */
 export const CONFIG_KEY_PATTERN =
   "^([-_a-zA-Z0-9][-._a-zA-Z0-9]*|\\.[-_a-zA-Z0-9][-._a-zA-Z0-9]*)$";
@@ -87,7 +90,8 @@ const isQ = (v: unknown) =>
   (typeof v === "number" || typeof v === "string") && Q_RE.test(String(v));
 
 /** Message of the quantity rule. */
-export const QUANTITY_MESSAGE = "must be a quantity such as 500m, 2, 1.5Gi or 1e3: not negative, " +
+export const QUANTITY_MESSAGE: string =
+  "must be a quantity such as 500m, 2, 1.5Gi or 1e3: not negative, " +
   "at most 1E, with an exponent of at most two digits";
 
 /**
@@ -143,7 +147,7 @@ const KeySelector = (what: string) =>
   });
 
 /** Downward API field paths a container's env may read (validEnvDownwardAPIFieldPathExpressions). */
-export const FIELD_PATH_PATTERN =
+export const FIELD_PATH_PATTERN: string =
   "^(metadata\\.(name|namespace|uid)|spec\\.(nodeName|serviceAccountName)|" +
   "status\\.(hostIPs?|podIPs?)|" +
   `metadata\\.(labels|annotations)\\['(${DNS1123_SUBDOMAIN}/)?${QUALIFIED_NAME}'\\])$`;
@@ -306,9 +310,9 @@ const Ports = Type.Array(ContainerPort, {
 });
 
 /** Resource names a container may ask for (validateContainerResourceName). */
-export const HUGEPAGES_PATTERN = "^hugepages-[1-9][0-9]{0,3}(Ki|Mi|Gi)$";
+export const HUGEPAGES_PATTERN: string = "^hugepages-[1-9][0-9]{0,3}(Ki|Mi|Gi)$";
 /** Extended resources `<domain>/<name>` (IsExtendedResourceName); `*kubernetes.io/` is native. */
-export const EXTENDED_RESOURCE_PATTERN = `^${DNS1123_SUBDOMAIN}/${QUALIFIED_NAME}$`;
+export const EXTENDED_RESOURCE_PATTERN: string = `^${DNS1123_SUBDOMAIN}/${QUALIFIED_NAME}$`;
 const HUGEPAGES_RE = new RegExp(HUGEPAGES_PATTERN);
 const EXTENDED_RE = new RegExp(EXTENDED_RESOURCE_PATTERN);
 const STANDARD_RESOURCES = ["cpu", "memory", "ephemeral-storage"];
