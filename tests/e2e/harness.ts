@@ -161,7 +161,7 @@ export interface Operator {
   stderr(): string;
   /** Waits until /readyz answers 200. */
   waitReady(timeoutMs?: number): Promise<void>;
-  /** GET /metrics text. */
+  /** GET /metrics text (plain HTTP: the harness's default `--metrics-secure=false`). */
   metrics(): Promise<string>;
   /** Sends a signal and waits for exit; returns the exit code. */
   stop(signal?: Deno.Signal, timeoutMs?: number): Promise<number>;
@@ -186,6 +186,8 @@ export async function startOperator(
   const metricsPort = freePort();
   const perms = await startPermissionFlags();
   const hasKubeconfig = args.some((a) => a.startsWith("--kubeconfig"));
+  // Plain HTTP /metrics (what `op.metrics()` reads) unless the test chooses the mode itself.
+  const choosesMetricsMode = args.some((a) => /^--(no-)?metrics-secure\b/.test(a));
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -194,6 +196,7 @@ export async function startOperator(
       ...(hasKubeconfig ? [] : [`--kubeconfig=${info.kubeconfig}`]),
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      ...(choosesMetricsMode ? [] : ["--metrics-secure=false"]),
       ...args,
     ],
     env: { KUBECONFIG: "", ...env },
