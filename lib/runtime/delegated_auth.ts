@@ -109,7 +109,7 @@ export interface AccessReviewAnswer {
 export interface Reviewer {
   /** Creates a TokenReview of `token`. @throws on no answer or an error answer */
   tokenReview(token: string, signal: AbortSignal): Promise<TokenReviewAnswer>;
-  /** Creates a SubjectAccessReview of `user` doing `attrs`. @throws on no answer or an error answer */
+  /** Creates a SubjectAccessReview of `user` doing `attrs`. @throws on no answer or an error */
   accessReview(
     user: UserInfo,
     attrs: AccessAttributes,

@@ -17,6 +17,10 @@
  *   `leaderElect`), each once its own informers have synced. A lost Lease fences every
  *   controller at once (in-flight writes aborted) and {@link Manager.run} resolves with exit
  *   code 1.
+ * - `/metrics` is served on every replica, leading or not: plain HTTP by default
+ *   (controller-runtime's `SecureServing` default), or with `metricsSecure` over HTTPS with each
+ *   request authenticated (TokenReview) and authorized (SubjectAccessReview) through a client of
+ *   its own (metrics_server.ts, delegated_auth.ts). `/healthz` and `/readyz` stay plain HTTP.
  * - When `signal` aborts (SIGTERM/SIGINT): stop taking keys, give in-flight reconciles
  *   `gracefulShutdownTimeoutMs`, release the Lease (holder cleared, duration 1 s), stop informers
  *   and servers, resolve with exit code 0 (S7).

@@ -399,6 +399,51 @@ Deno.test("secure /metrics: TokenReview and SubjectAccessReview per scrape", asy
   }
 });
 
+Deno.test("secure /metrics: the leader and the standby both answer scrapes", async () => {
+  await installCrd();
+  const c = await admin();
+  const ns = await newNamespace("metrics-ha");
+  await createServiceAccounts(ns, ["reader"]);
+  const unbind = await bindMetricsReader(`e2e-${ns}`, ns, ["reader"]);
+  const lease = `e2e-metrics-${crypto.randomUUID().slice(0, 6)}`;
+  const args = [
+    "--metrics-secure",
+    "--leader-elect",
+    `--leader-election-namespace=${ns}`,
+    `--leader-election-id=${lease}`,
+  ];
+  const ops: Operator[] = [];
+  const clients: Deno.HttpClient[] = [];
+  try {
+    ops.push(await startOperator(args), await startOperator(args));
+    await Promise.all(ops.map((op) => op.waitReady()));
+    const token = await mintToken(c, ns, "reader", 3600);
+    const status = async (op: Operator) => {
+      const cl = Deno.createHttpClient({ caCerts: [await servedCertificate(op.metricsPort)] });
+      clients.push(cl);
+      const r = await scrape(`https://127.0.0.1:${op.metricsPort}/metrics`, cl, token);
+      const leading = new RegExp(`^leader_election_master_status\\{name="${lease}"\\} 1$`, "m");
+      return { status: r.status, leading: leading.test(r.text) };
+    };
+    // Once one replica leads, both still answer: the reviews are not the leader's writes.
+    const seen = await waitFor(
+      "one replica leading, both answering",
+      async () => {
+        const s = await Promise.all(ops.map(status));
+        return s.filter((x) => x.leading).length === 1 ? s : undefined;
+      },
+      60_000,
+      500,
+    );
+    assertEquals(seen.map((x) => x.status), [200, 200]);
+  } finally {
+    for (const op of ops) await op.stop();
+    for (const cl of clients) cl.close();
+    await unbind();
+    await dropNamespace(ns);
+  }
+});
+
 Deno.test("secure /metrics: --metrics-cert-dir rotation picked up without a restart", async (t) => {
   await installCrd();
   const c = await admin();
