@@ -357,19 +357,20 @@ Deno.test("secure /metrics: TokenReview and SubjectAccessReview per scrape", asy
       const coldReviews = await reviewsBetween(coldFrom, coldTo);
       const newReviews = await reviewsBetween(coldTo, newTo);
       const fmt = (xs: number[]) => `${median(xs).toFixed(2)} ms`;
+      const added = (xs: number[]) => {
+        const d = median(xs) - median(plainMs);
+        return `${d < 0 ? "−" : "+"}${Math.abs(d).toFixed(2)} ms`;
+      };
       console.log(
-        `  median of ${N} scrapes: plain HTTP ${fmt(plainMs)}; HTTPS warm cache ${fmt(warmMs)} (+${
-          (median(warmMs) - median(plainMs)).toFixed(2)
-        } ms), ${warm.total} apiserver ` +
-          `requests in ${N} scrapes`,
+        `  median of ${N} scrapes: plain HTTP ${fmt(plainMs)}; HTTPS warm cache ` +
+          `${fmt(warmMs)} (${added(warmMs)}), ${warm.total} apiserver requests in ${N} scrapes`,
       );
       console.log(
-        `  median of ${cold.length} scrapes, cold cache (new user): ${fmt(coldMs)} (+${
-          (median(coldMs) - median(plainMs)).toFixed(2)
-        } ms), ${coldReviews.tokenReviews} TokenReviews + ${coldReviews.subjectAccessReviews} ` +
-          `SubjectAccessReviews; new token of a known user: ${fmt(newTokenMs)}, ` +
-          `${newReviews.tokenReviews} TokenReviews + ${newReviews.subjectAccessReviews} ` +
-          `SubjectAccessReviews`,
+        `  median of ${cold.length} scrapes, cold cache (new user): ${fmt(coldMs)} ` +
+          `(${added(coldMs)}), ${coldReviews.tokenReviews} TokenReviews + ` +
+          `${coldReviews.subjectAccessReviews} SubjectAccessReviews; new token of a known user: ` +
+          `${fmt(newTokenMs)} (${added(newTokenMs)}), ${newReviews.tokenReviews} TokenReviews + ` +
+          `${newReviews.subjectAccessReviews} SubjectAccessReviews`,
       );
       assertEquals(warm.total, 0, "a warm scrape asks the apiserver nothing");
       assertEquals(coldReviews, {
