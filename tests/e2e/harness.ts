@@ -186,8 +186,10 @@ export async function startOperator(
   const metricsPort = freePort();
   const perms = await startPermissionFlags();
   const hasKubeconfig = args.some((a) => a.startsWith("--kubeconfig"));
-  // Plain HTTP /metrics (what `op.metrics()` reads) unless the test chooses the mode itself.
-  const choosesMetricsMode = args.some((a) => /^--(no-)?metrics-secure\b/.test(a));
+  // The operator's /metrics in plain HTTP (what `op.metrics()` reads), unless the test chooses the
+  // mode itself; other programs (examples) have no such flag.
+  const plainMetrics = entry === `${REPO}/main.ts` &&
+    !args.some((a) => /^--(no-)?metrics-secure\b/.test(a));
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -196,7 +198,7 @@ export async function startOperator(
       ...(hasKubeconfig ? [] : [`--kubeconfig=${info.kubeconfig}`]),
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-      ...(choosesMetricsMode ? [] : ["--metrics-secure=false"]),
+      ...(plainMetrics ? ["--metrics-secure=false"] : []),
       ...args,
     ],
     env: { KUBECONFIG: "", ...env },
