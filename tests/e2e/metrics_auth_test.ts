@@ -11,6 +11,8 @@
  * - the requests a scrape adds to the apiserver (audit log: 2 with a cold cache, 0 warm) and the
  *   added latency against plain mode (logged, not asserted);
  * - plain mode (`--metrics-secure=false`) answers as before;
+ * - with leader election, the leader and the standby both answer (the reviews are no leader's
+ *   writes); an operator that may not create TokenReviews answers 500 and logs why;
  * - a new tls.crt/tls.key in `--metrics-cert-dir` is served without a restart; a cert dir without
  *   them stops the start with one line;
  * - deploy/'s Service, metrics-reader ClusterRole and NetworkPolicy pass the apiserver's
@@ -40,6 +42,7 @@ import {
   createServiceAccounts,
   scrape,
   servedCertificate,
+  tokenKubeconfig,
 } from "./secure_metrics.ts";
 
 const SECRETS = rt("v1", "Secret", "secrets", true);
@@ -442,6 +445,55 @@ Deno.test("secure /metrics: the leader and the standby both answer scrapes", asy
     for (const cl of clients) cl.close();
     await unbind();
     await dropNamespace(ns);
+  }
+});
+
+Deno.test("secure /metrics: an operator that may not create TokenReviews answers 500, logs why", async () => {
+  const c = await admin();
+  const ns = await newNamespace("metrics-norbac");
+  await createServiceAccounts(ns, ["operator", "reader"]);
+  const unbind = await bindMetricsReader(`e2e-${ns}`, ns, ["reader"]);
+  const dir = await Deno.makeTempDir({ prefix: "metrics-norbac-" });
+  // An operator running as a ServiceAccount with no permission at all: never ready, but its
+  // /metrics listens (on every replica, ready or not) and cannot ask the apiserver.
+  const kubeconfig = await tokenKubeconfig(
+    `${dir}/kubeconfig`,
+    await mintToken(c, ns, "operator", 3600),
+  );
+  const op = await startOperator([`--kubeconfig=${kubeconfig}`, "--metrics-secure"]);
+  let tls: Deno.HttpClient | undefined;
+  try {
+    const ca = await waitFor(
+      "the HTTPS port",
+      () => servedCertificate(op.metricsPort),
+      60_000,
+      250,
+    );
+    tls = Deno.createHttpClient({ caCerts: [ca] });
+    const r = await scrape(
+      `https://127.0.0.1:${op.metricsPort}/metrics`,
+      tls,
+      await mintToken(c, ns, "reader", 3600),
+    );
+    console.log(
+      `  GET https://127.0.0.1:${op.metricsPort}/metrics (reader's token) -> ${r.status}`,
+    );
+    assertEquals([r.status, r.text], [500, "Internal Server Error\n"]);
+    const logged = await waitFor(
+      "the reason in the log",
+      () => op.logs().find((l) => l.message === "Cannot check a metrics request"),
+      10_000,
+      100,
+    );
+    const props = logged.properties as Record<string, unknown>;
+    assertEquals([props.review, props.status], ["TokenReview", 500]);
+    assert(/403/.test(String(props.error)), String(props.error));
+  } finally {
+    tls?.close();
+    await op.stop();
+    await unbind();
+    await dropNamespace(ns);
+    await Deno.remove(dir, { recursive: true });
   }
 });
 
