@@ -9,6 +9,7 @@
 import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject } from "./lib/kube/client.ts";
 import { type ClusterConfig, loadClusterConfig } from "./lib/kube/config.ts";
+import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { Manager } from "./lib/runtime/manager.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
@@ -68,7 +69,9 @@ async function whoAmI(client: KubeClient): Promise<string> {
 /**
  * The client of secure /metrics' TokenReviews and SubjectAccessReviews, of its own like the
  * Lease's: every replica answers scrapes, leading or not, so no write fence and no reconcile rate
- * limit may hold them up; retries are the reviews' own (lib/runtime/delegated_auth.ts).
+ * limit may hold them up; retries are the reviews' own (lib/runtime/delegated_auth.ts). Its
+ * connection health is its own too: scrapes do not decide whether the reconcilers' path (and
+ * `/readyz`) is healthy.
  */
 function reviewClient(config: ClusterConfig, metrics: Metrics): KubeClient {
   return new KubeClient(config, {
@@ -100,6 +103,9 @@ async function main(): Promise<number> {
   const logger = log("main");
 
   const metrics = new Metrics();
+  // One view of the path to the apiserver for both clients: a Lease attempt that gets no answer,
+  // or one that gets through again, tells about the reconcilers' and watches' connections too.
+  const health = new ConnectionHealth();
   let client: KubeClient;
   let leaderClient: KubeClient;
   let authClient: KubeClient | undefined;
@@ -117,6 +123,7 @@ async function main(): Promise<number> {
       burst: v["kube-api-burst"] || undefined,
       maxRetries: 2,
       onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      health,
     });
     // Leader election gets its own client: no client-side rate limit shared with reconciles.
     leaderClient = new KubeClient(config, {
@@ -124,6 +131,7 @@ async function main(): Promise<number> {
         `deno/${Deno.version.deno} leader-election`,
       maxRetries: 0,
       onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      health,
     });
     if (v["metrics-secure"]) authClient = reviewClient(config, metrics);
     user = await whoAmI(client);
@@ -196,6 +204,7 @@ async function main(): Promise<number> {
     client.close();
     leaderClient.close();
     authClient?.close();
+    health.close();
   }
 }
 

@@ -172,8 +172,9 @@ export const FLAG_TABLE = [
     name: "watch-idle-timeout",
     env: "APPSERVICE_WATCH_IDLE_TIMEOUT",
     kind: "duration",
-    default: "3m",
-    help: "A watch that delivers no byte (bookmarks included) for this long is reconnected.",
+    default: "75s",
+    help:
+      "A watch that delivers no byte for this long is reconnected (the apiserver sends a bookmark about every 60s).",
   },
   {
     name: "watch-list",

@@ -6,7 +6,9 @@
  * 3. `deno test` over tests/unit and tests/e2e with the cluster's folder in
  *    `APPSERVICE_TEST_CLUSTER_DIR`;
  * 4. the control plane stopped again, also on failure or Ctrl-C;
- * 5. the closing line `N passed, N failed`, and exit code 1 when anything failed.
+ * 5. the closing line `N passed, N failed` (`, N skipped` added when tests were ignored, each
+ *    named with its reason above it; a skipped test never counts as passed), and exit code 1 when
+ *    anything failed.
  *
  * Extra arguments go to `deno test` (e.g. `deno task test --filter lifecycle`).
  *
@@ -19,6 +21,7 @@ const REPO = new URL("../", import.meta.url).pathname.replace(/\/$/, "");
 const deno = Deno.execPath();
 let passed = 0;
 let failed = 0;
+let skipped: string[] = [];
 
 async function check(name: string, args: string[]): Promise<void> {
   const t0 = performance.now();
@@ -37,26 +40,46 @@ async function check(name: string, args: string[]): Promise<void> {
 }
 
 /**
- * Counts a deno test JUnit report: every test and test step is a `<testcase>`; filtered ones
- * carry `<skipped/>` and are not counted; one with `<failure` failed.
+ * Counts a deno test JUnit report: every test and test step is a `<testcase>`; one with `<failure`
+ * or `<error` failed. `<skipped/>` marks two kinds, neither counted as passed: tests left out by
+ * `--filter` (no `time` attribute: they never ran) and tests declared `ignore` (a `time`
+ * attribute), which are returned by name so the reason in their name is shown.
  */
-function countJunit(path: string): { tests: number; failures: number } | undefined {
-  let xml: string;
-  try {
-    xml = Deno.readTextFileSync(path);
-  } catch {
-    return undefined;
-  }
+export function countJunit(
+  xml: string,
+): { tests: number; failures: number; ignored: string[] } | undefined {
   if (!xml.includes("</testsuites>")) return undefined;
   let tests = 0;
   let failures = 0;
-  for (const m of xml.matchAll(/<testcase\b[^>]*?(?:\/>|>([\s\S]*?)<\/testcase>)/g)) {
-    const body = m[1] ?? "";
-    if (body.includes("<skipped")) continue;
+  const ignored: string[] = [];
+  for (const m of xml.matchAll(/<testcase\b([^>]*?)(?:\/>|>([\s\S]*?)<\/testcase>)/g)) {
+    const attrs = m[1];
+    const body = m[2] ?? "";
+    if (body.includes("<skipped")) {
+      if (/\stime="/.test(attrs)) {
+        ignored.push(unescapeXml(/\sname="([^"]*)"/.exec(attrs)?.[1] ?? ""));
+      }
+      continue;
+    }
     tests++;
     if (body.includes("<failure") || body.includes("<error")) failures++;
   }
-  return { tests, failures };
+  return { tests, failures, ignored };
+}
+
+function unescapeXml(s: string): string {
+  return s.replace(/&quot;/g, '"').replace(/&apos;/g, "'").replace(/&lt;/g, "<").replace(
+    /&gt;/g,
+    ">",
+  ).replace(/&amp;/g, "&");
+}
+
+function readJunit(path: string): ReturnType<typeof countJunit> {
+  try {
+    return countJunit(Deno.readTextFileSync(path));
+  } catch {
+    return undefined;
+  }
 }
 
 async function main(): Promise<number> {
@@ -101,10 +124,11 @@ async function main(): Promise<number> {
     stop.signal.addEventListener("abort", onAbort);
     const st = await child.status;
     stop.signal.removeEventListener("abort", onAbort);
-    const counts = countJunit(junit);
+    const counts = readJunit(junit);
     if (counts) {
       passed += counts.tests - counts.failures;
       failed += counts.failures;
+      skipped = counts.ignored;
     }
     if (!counts || (!st.success && counts.failures === 0)) {
       failed++;
@@ -120,8 +144,12 @@ async function main(): Promise<number> {
     Deno.removeSignalListener("SIGINT", onSig);
     Deno.removeSignalListener("SIGTERM", onSig);
   }
-  console.log(`${passed} passed, ${failed} failed`);
+  // Skipped (ignored) tests are never counted as passed; each is named with its reason.
+  for (const name of skipped) console.log(`skipped: ${name}`);
+  console.log(
+    `${passed} passed, ${failed} failed${skipped.length ? `, ${skipped.length} skipped` : ""}`,
+  );
   return failed > 0 ? 1 : 0;
 }
 
-Deno.exit(await main());
+if (import.meta.main) Deno.exit(await main());

@@ -16,6 +16,7 @@ import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import { PODS, SERVICES } from "../kube/resources.ts";
 import type { Controller } from "../runtime/controller.ts";
 import type { Manager } from "../runtime/manager.ts";
+import { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import {
   anyOf,
   deletionOrFinalizersChanged,
@@ -43,7 +44,17 @@ export function addAppServiceController(manager: Manager): Controller {
   const appServices = manager.informer<AppService>(APPSERVICES);
   const pods = manager.informer<Pod>(PODS, { labelSelector: MANAGED_SELECTOR });
   const services = manager.informer<Service>(SERVICES, { labelSelector: MANAGED_SELECTOR });
-  const events = manager.eventRecorder(REPORTING_CONTROLLER);
+  // Namespaces being deleted (S21): every AppService cached there is held back at once, Events
+  // included; an entry goes with the AppService's removal from the cache.
+  const terminating = new TerminatingNamespaces((ns) =>
+    appServices.store.list().filter((a) => a.metadata?.namespace === ns).map((a) =>
+      a.metadata!.uid!
+    )
+  );
+  appServices.store.addHandler({
+    delete: (obj) => terminating.forget(obj.metadata?.namespace, obj.metadata?.uid),
+  });
+  const events = manager.eventRecorder(REPORTING_CONTROLLER, { terminating });
   return manager.add({
     name: CONTROLLER_NAME,
     for: appServices,
@@ -55,6 +66,7 @@ export function addAppServiceController(manager: Manager): Controller {
       pods: pods.store,
       services: services.store,
       events,
+      terminating,
     }),
   });
 }

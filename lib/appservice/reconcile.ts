@@ -27,14 +27,28 @@
  * only ever create, and POST's AlreadyExists makes a stale-cache retry harmless. The Service,
  * whose ports do change, is written with server-side apply (field manager `appservice-operator`).
  *
+ * Why a Pod is stuck (S18): the Ready condition names the cause and the Pod, `podStatuses` carry
+ * each container's state (status.ts), and each stuck Pod gets one Warning Event per reason
+ * (reason as the kubelet or scheduler says it, `related` the Pod). A new occurrence is a change of
+ * the Pod's cause (its reason, or its restart count under the same reason) since the last
+ * reconcile; repeats become the Event's series count (runtime/events.ts). Occurrences are seen only
+ * in reconciles that follow a Pod change, so an AppService at rest records nothing (S9).
+ *
+ * A namespace being deleted (S21): the first create refused because of it (403 with cause
+ * NamespaceTerminating, or 404 for the namespace) is remembered ({@link TerminatingNamespaces}):
+ * from then on no Pod, Service or Event is created for the AppServices there, and nothing is
+ * reported as a failure; their deletion (the namespace controller deletes them) still runs the
+ * finalizer, which only deletes and patches, as the apiserver allows in such a namespace.
+ *
  * @module
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import type { KubeClient } from "../kube/client.ts";
-import { ApiError, isAlreadyExists, isNamespaceTerminating, isNotFound } from "../kube/errors.ts";
+import { ApiError, isAlreadyExists, isNamespaceClosed, isNotFound } from "../kube/errors.ts";
 import { PODS, SERVICES } from "../kube/resources.ts";
 import type { ReconcileContext, ReconcileResult } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
+import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import { errorText } from "../runtime/log.ts";
 import { CONTROLLER_UID_INDEX, splitKey, type Store } from "../runtime/store.ts";
 import {
@@ -50,7 +64,16 @@ import {
 import { APPSERVICES, FINALIZER } from "./api.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import { desiredService, serviceMatches } from "./service.ts";
-import { type ConditionInput, mergeConditions, podStatuses, statusChanged } from "./status.ts";
+import {
+  type CauseSignature,
+  type ConditionInput,
+  conditionReason,
+  mergeConditions,
+  newCauses,
+  podStatuses,
+  readyCondition,
+  statusChanged,
+} from "./status.ts";
 
 /** Field manager of every write (server-side apply and create/update). */
 export const FIELD_MANAGER = MANAGED_BY;
@@ -62,9 +85,17 @@ export interface ReconcilerDeps {
   pods: Store<Pod>;
   services: Store<Service>;
   events: EventRecorder;
+  /**
+   * Namespaces being deleted (S21), shared with the EventRecorder; without it a refusal only
+   * stops the reconcile that got it.
+   */
+  terminating?: TerminatingNamespaces;
   /** Wall clock (ms); injected for tests. */
   now?: () => number;
 }
+
+/** Action of the Warning Events about stuck Pods (events.k8s.io/v1 `action`). */
+export const STUCK_POD_ACTION = "WaitForPodReady";
 
 /** An error already reported through status and an Event; the controller only retries it. */
 class ReportedError extends Error {}
@@ -76,6 +107,20 @@ class ServiceConflict extends Error {}
 export function appServiceReconciler(deps: ReconcilerDeps) {
   const now = deps.now ?? Date.now;
   const { client, events } = deps;
+  const closedNamespaces = deps.terminating;
+  /** Stuck-Pod causes seen per AppService key, by Pod uid (see {@link newCauses}). */
+  const seenCauses = new Map<string, Map<string, CauseSignature>>();
+
+  /**
+   * Notes a create refused because the namespace is being deleted or is gone; true when it was
+   * (the caller then creates nothing more there).
+   */
+  function namespaceClosed(as: AppService, err: unknown): boolean {
+    if (closedNamespaces) {
+      return closedNamespaces.observe(as.metadata.namespace!, as.metadata.uid, err);
+    }
+    return isNamespaceClosed(err);
+  }
 
   async function writeStatus(
     as: AppService,
@@ -139,6 +184,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
 
   async function finalize(as: AppService, ctx: ReconcileContext): Promise<ReconcileResult> {
     const { signal, logger } = ctx;
+    seenCauses.delete(`${as.metadata.namespace}/${as.metadata.name}`);
     if (!as.metadata.finalizers?.includes(FINALIZER)) return {};
     const ns = as.metadata.namespace!;
     const uid = as.metadata.uid!;
@@ -260,9 +306,17 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   ): Promise<ReconcileResult | void> {
     const { signal, logger } = ctx;
     let as = deps.appServices.get(key);
-    if (!as) return;
+    if (!as) {
+      seenCauses.delete(key);
+      return;
+    }
     if (as.metadata.deletionTimestamp) return await finalize(as, ctx);
     const { namespace: ns, name } = splitKey(key);
+    if (closedNamespaces?.has(ns, as.metadata.uid)) {
+      // Its namespace is being deleted: nothing can be created; its own deletion will follow.
+      logger.debug("Namespace is being deleted; creating nothing");
+      return;
+    }
 
     if (!as.metadata.finalizers?.includes(FINALIZER)) {
       const has = as.metadata.finalizers !== undefined && as.metadata.finalizers !== null;
@@ -390,7 +444,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       if (byOrdinal.has(i)) continue;
       const pod = desiredPod(as, i, hash);
       try {
-        await client.create<Pod>(PODS, pod, { fieldManager: FIELD_MANAGER, signal });
+        const made = await client.create<Pod>(PODS, pod, { fieldManager: FIELD_MANAGER, signal });
         created++;
         logger.info("Created Pod", { pod: pod.metadata?.name, specHash: hash });
         events.record(as, {
@@ -398,10 +452,16 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           reason: "PodCreated",
           action: "Create",
           note: `Created Pod ${pod.metadata?.name}`,
-          related: pod,
+          // With its uid: a Pod made again under the same name is another Event, not a repeat.
+          related: { ...pod, metadata: { ...pod.metadata, uid: made?.metadata?.uid } },
         });
       } catch (err) {
-        if (isNamespaceTerminating(err)) return; // the namespace is going: nothing to create
+        if (namespaceClosed(as, err)) {
+          logger.info("Namespace is being deleted; creating nothing more in it", {
+            error: errorText(err),
+          });
+          return;
+        }
         if (isAlreadyExists(err)) {
           // Stale cache (its watch event will come), or a Pod of that name that is not ours.
           const other = await client.get<Pod>(PODS, pod.metadata!.name!, { namespace: ns, signal })
@@ -468,7 +528,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     } catch (err) {
       if (err instanceof ServiceConflict) {
         failures.push({ reason: "ServiceNameConflict", message: err.message });
-      } else if (!isNamespaceTerminating(err)) {
+      } else if (!namespaceClosed(as, err)) {
         failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
       }
     }
@@ -486,20 +546,12 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       : current.length + created < replicas || toDelete.length > 0 || terminating > 0
       ? "Scaling"
       : "Creating";
+    // Pods that count for readiness: not being deleted, of the wanted ordinals.
+    const counted = owned.filter((p) =>
+      !p.metadata?.deletionTimestamp && (podOrdinal(as, p) ?? Infinity) < replicas
+    );
     const conditions: ConditionInput[] = [
-      st.ready
-        ? {
-          type: "Ready",
-          status: "True",
-          reason: "AllReplicasReady",
-          message: `${st.readyReplicas}/${replicas} Pods ready`,
-        }
-        : {
-          type: "Ready",
-          status: "False",
-          reason: "ReplicasNotReady",
-          message: `${st.readyReplicas}/${replicas} Pods ready`,
-        },
+      readyCondition(counted, st.readyReplicas ?? 0, replicas, st.ready === true),
       converged && st.ready
         ? {
           type: "Progressing",
@@ -534,11 +586,22 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
     ];
     const next = baseStatus(as, podsNow, conditions);
+    const stuck = newCauses(counted, seenCauses.get(key), as.status?.podStatuses);
     try {
       await writeStatus(as, next, signal);
     } catch (err) {
       if (isNotFound(err)) return;
       throw err;
+    }
+    seenCauses.set(key, stuck.signatures);
+    for (const { pod, cause } of stuck.occurrences) {
+      events.record(as, {
+        type: "Warning",
+        reason: conditionReason(cause.reason),
+        action: STUCK_POD_ACTION,
+        note: `${pod.metadata?.name}: ${cause.message || cause.reason}`,
+        related: { apiVersion: "v1", kind: "Pod", metadata: pod.metadata },
+      });
     }
     if (failures.length > 0) {
       for (const f of failures) {

@@ -123,6 +123,30 @@ export const Condition = Type.Object({
   observedGeneration: Type.Optional(Type.Integer({ minimum: 0 })),
 });
 
+/** One state of a container, as core/v1 ContainerState reports it (timestamps left out but `startedAt`). */
+export const ContainerStateEntry = Type.Object({
+  waiting: Type.Optional(Type.Object({
+    reason: Type.Optional(Type.String({ description: "e.g. ImagePullBackOff, CrashLoopBackOff." })),
+    message: Type.Optional(Type.String()),
+  })),
+  running: Type.Optional(Type.Object({ startedAt: Type.Optional(Type.String()) })),
+  terminated: Type.Optional(Type.Object({
+    reason: Type.Optional(Type.String({ description: "e.g. OOMKilled, Error, Completed." })),
+    exitCode: Type.Integer(),
+    signal: Type.Optional(Type.Integer()),
+    message: Type.Optional(Type.String()),
+  })),
+});
+
+/** One container of an owned Pod, from core/v1 ContainerStatus. */
+export const ContainerStatusEntry = Type.Object({
+  name: Type.String(),
+  ready: Type.Boolean(),
+  restartCount: Type.Integer({ minimum: 0 }),
+  state: Type.Optional(ContainerStateEntry),
+  lastState: Type.Optional(ContainerStateEntry),
+});
+
 /** One owned Pod as reported in status. */
 export const PodStatusEntry = Type.Object({
   name: Type.String(),
@@ -130,6 +154,12 @@ export const PodStatusEntry = Type.Object({
   ready: Type.Optional(Type.Boolean()),
   restartCount: Type.Integer({ minimum: 0 }),
   podIP: Type.Optional(Type.String()),
+  reason: Type.Optional(Type.String({
+    description: "Why the Pod cannot become Ready (the kubelet's, the scheduler's or the " +
+      "Pod's own reason, e.g. ImagePullBackOff, Unschedulable, Evicted); absent while it can.",
+  })),
+  message: Type.Optional(Type.String()),
+  containers: Type.Optional(Type.Array(ContainerStatusEntry)),
 });
 
 /** AppService status (written only through the status subresource). */
@@ -156,6 +186,10 @@ export type AppServiceStatusT = Static<typeof AppServiceStatus>;
 export type ConditionT = Static<typeof Condition>;
 /** TypeScript type of a per-Pod status entry. */
 export type PodStatusEntryT = Static<typeof PodStatusEntry>;
+/** TypeScript type of one container's entry in a per-Pod status entry. */
+export type ContainerStatusEntryT = Static<typeof ContainerStatusEntry>;
+/** TypeScript type of a container state (waiting, running or terminated). */
+export type ContainerStateEntryT = Static<typeof ContainerStateEntry>;
 
 /** An AppService object as read from the apiserver. */
 export interface AppService {
@@ -271,8 +305,21 @@ export function appServiceCrd(): Record<string, unknown> {
         additionalPrinterColumns: [
           { name: "Ready", type: "boolean", jsonPath: ".status.ready" },
           { name: "Replicas", type: "string", jsonPath: ".status.replicasSummary" },
+          // Why it is (not) Ready: the Ready condition's reason, e.g. ImagePullBackOff.
+          {
+            name: "Reason",
+            type: "string",
+            jsonPath: '.status.conditions[?(@.type=="Ready")].reason',
+          },
           { name: "Image", type: "string", jsonPath: ".spec.image" },
           { name: "Age", type: "date", jsonPath: ".metadata.creationTimestamp" },
+          // `kubectl get as -o wide`: the Ready condition's message, naming the Pod.
+          {
+            name: "Message",
+            type: "string",
+            priority: 1,
+            jsonPath: '.status.conditions[?(@.type=="Ready")].message',
+          },
         ],
         schema: {
           openAPIV3Schema: {

@@ -8,11 +8,37 @@
  * `Degraded`, each with reason, message and observedGeneration; `lastTransitionTime` moves only
  * when `status` flips.
  *
+ * Why a Pod is stuck (S18): each `podStatuses` entry carries its containers' state as core/v1
+ * ContainerStatus reports it (waiting reason and message, terminated reason and exit code, the last
+ * termination, restart count), and, while the Pod cannot become Ready, the cause ({@link podCause}):
+ * the Pod's own reason (e.g. Evicted), the scheduler's (PodScheduled=False, e.g. Unschedulable), or
+ * a container's waiting or terminated reason from the kubelet (ImagePullBackOff, ErrImagePull,
+ * InvalidImageName, CreateContainerConfigError, CrashLoopBackOff, OOMKilled, Error, ...). The Ready
+ * condition names the first stuck Pod by ordinal and counts the others ({@link readyCondition}).
+ *
  * @module
  */
-import type { Pod } from "kubernetes-types/core/v1.d.ts";
+import type { ContainerState, ContainerStatus, Pod } from "kubernetes-types/core/v1.d.ts";
 import { isPodReady, restartCount, stableJson } from "./pods.ts";
-import type { AppServiceStatusT, ConditionT, PodStatusEntryT } from "./schema.ts";
+import type {
+  AppServiceStatusT,
+  ConditionT,
+  ContainerStateEntryT,
+  ContainerStatusEntryT,
+  PodStatusEntryT,
+} from "./schema.ts";
+
+/** Longest message kept from the kubelet or the scheduler per Pod or container (characters). */
+export const POD_MESSAGE_MAX = 512;
+
+/**
+ * Waiting reasons of a container that is still starting normally (kubelet
+ * `ContainerCreating`, `PodInitializing`): not a reason the Pod is stuck.
+ */
+export const STARTING_REASONS: ReadonlySet<string> = new Set([
+  "ContainerCreating",
+  "PodInitializing",
+]);
 
 /** A condition before times are filled in. */
 export type ConditionInput = Omit<ConditionT, "lastTransitionTime" | "observedGeneration">;
@@ -37,7 +63,124 @@ export function mergeConditions(
   });
 }
 
-/** Per-Pod status entries, sorted by name. */
+/** Cuts `text` to `max` characters (with an ellipsis), so a status stays small. */
+export function clip(text: string, max = POD_MESSAGE_MAX): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+/** A container state for status: reasons, messages (cut) and exit codes; no timestamps but startedAt. */
+function stateEntry(st: ContainerState | undefined): ContainerStateEntryT | undefined {
+  if (!st) return undefined;
+  if (st.waiting) {
+    const w: NonNullable<ContainerStateEntryT["waiting"]> = {};
+    if (st.waiting.reason) w.reason = st.waiting.reason;
+    if (st.waiting.message) w.message = clip(st.waiting.message);
+    return { waiting: w };
+  }
+  if (st.terminated) {
+    const t: NonNullable<ContainerStateEntryT["terminated"]> = {
+      exitCode: st.terminated.exitCode ?? 0,
+    };
+    if (st.terminated.reason) t.reason = st.terminated.reason;
+    if (st.terminated.signal) t.signal = st.terminated.signal;
+    if (st.terminated.message) t.message = clip(st.terminated.message);
+    return { terminated: t };
+  }
+  if (st.running) {
+    return { running: st.running.startedAt ? { startedAt: st.running.startedAt } : {} };
+  }
+  return undefined;
+}
+
+/** Each container's state, as core/v1 ContainerStatus reports it (init containers first). */
+export function containerEntries(pod: Pod): ContainerStatusEntryT[] {
+  const all: ContainerStatus[] = [
+    ...(pod.status?.initContainerStatuses ?? []),
+    ...(pod.status?.containerStatuses ?? []),
+  ];
+  return all.map((c) => {
+    const e: ContainerStatusEntryT = {
+      name: c.name,
+      ready: c.ready ?? false,
+      restartCount: c.restartCount ?? 0,
+    };
+    const state = stateEntry(c.state);
+    if (state) e.state = state;
+    const last = stateEntry(c.lastState);
+    if (last?.terminated) e.lastState = last;
+    return e;
+  });
+}
+
+/** Why a Pod is not Ready. */
+export interface PodCause {
+  /** The kubelet's, scheduler's or Pod's reason, e.g. `ImagePullBackOff`, `Unschedulable`. */
+  reason: string;
+  /** Their message (cut to {@link POD_MESSAGE_MAX}), with the exit code where one applies. */
+  message: string;
+  /**
+   * True when the Pod is stuck (it will not become Ready by itself soon); false while it is still
+   * starting normally (no status yet, ContainerCreating, a readiness check not yet passed).
+   */
+  stuck: boolean;
+}
+
+/** "exit code 137" or "exit code 137 (signal 9)" of a terminated state. */
+function exitText(t: NonNullable<ContainerState["terminated"]>): string {
+  return `exit code ${t.exitCode ?? 0}${t.signal ? ` (signal ${t.signal})` : ""}`;
+}
+
+/**
+ * Why `pod` is not Ready, or undefined when it is Ready or being deleted. In order: the Pod's own
+ * `status.reason` (Evicted, OutOfcpu, NodeAffinity, ...); PodScheduled=False (the scheduler's
+ * reason, e.g. Unschedulable with "0/4 nodes are available: 4 Insufficient cpu"); the first
+ * container (init containers first) waiting for any reason but {@link STARTING_REASONS} (with the
+ * last termination, as CrashLoopBackOff has one); the first container terminated with a non-zero
+ * exit code or a reason other than Completed (OOMKilled, Error, ContainerCannotRun, ...). Otherwise
+ * the Pod is still starting (stuck false).
+ */
+export function podCause(pod: Pod): PodCause | undefined {
+  if (pod.metadata?.deletionTimestamp || isPodReady(pod)) return undefined;
+  const st = pod.status ?? {};
+  if (st.reason) return { reason: st.reason, message: clip(st.message ?? ""), stuck: true };
+  const scheduled = st.conditions?.find((c) => c.type === "PodScheduled");
+  if (scheduled?.status === "False") {
+    return {
+      reason: scheduled.reason || "Unschedulable",
+      message: clip(scheduled.message ?? ""),
+      stuck: true,
+    };
+  }
+  const containers = [...(st.initContainerStatuses ?? []), ...(st.containerStatuses ?? [])];
+  let starting: PodCause | undefined;
+  for (const c of containers) {
+    const w = c.state?.waiting;
+    const last = c.lastState?.terminated;
+    if (w?.reason && !STARTING_REASONS.has(w.reason)) {
+      const lastText = last ? `last terminated: ${last.reason || "Error"}, ${exitText(last)}` : "";
+      const message = [w.message, lastText].filter((x) => x).join("; ");
+      return { reason: w.reason, message: clip(message), stuck: true };
+    }
+    const t = c.state?.terminated;
+    if (t && ((t.exitCode ?? 0) !== 0 || (t.reason && t.reason !== "Completed"))) {
+      const message = [`container ${c.name} terminated with ${exitText(t)}`, t.message]
+        .filter((x) => x).join(": ");
+      return { reason: t.reason || "Error", message: clip(message), stuck: true };
+    }
+    if (w?.reason && !starting) {
+      starting = { reason: w.reason, message: clip(w.message ?? ""), stuck: false };
+    }
+  }
+  if (starting) return starting;
+  const ready = st.conditions?.find((c) => c.type === "Ready");
+  return {
+    reason: ready?.reason || (st.phase === "Pending" || !st.phase ? "PodPending" : "PodNotReady"),
+    message: clip(ready?.message ?? ""),
+    stuck: false,
+  };
+}
+
+/** Per-Pod status entries, sorted by name; a stuck Pod's entry names its cause. */
 export function podStatuses(pods: Pod[]): PodStatusEntryT[] {
   return pods
     .map((p) => {
@@ -48,9 +191,120 @@ export function podStatuses(pods: Pod[]): PodStatusEntryT[] {
         restartCount: restartCount(p),
       };
       if (p.status?.podIP) e.podIP = p.status.podIP;
+      const cause = podCause(p);
+      if (cause?.stuck) {
+        e.reason = cause.reason;
+        if (cause.message) e.message = cause.message;
+      }
+      const containers = containerEntries(p);
+      if (containers.length > 0) e.containers = containers;
       return e;
     })
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** Compares Pod names by ordinal (`web-2` before `web-10`), then as text. */
+export function byOrdinal(a: string, b: string): number {
+  return a.localeCompare(b, "en", { numeric: true });
+}
+
+/**
+ * A condition reason as meta/v1 Condition allows it (`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`,
+ * at most 1024 characters): other characters dropped, `fallback` when nothing is left.
+ */
+export function conditionReason(reason: string, fallback = "PodNotReady"): string {
+  const r = reason.replace(/[^A-Za-z0-9_,:]/g, "").replace(/^[^A-Za-z]+/, "").replace(
+    /[,:]+$/,
+    "",
+  ).slice(0, 1024);
+  return r || fallback;
+}
+
+/**
+ * The Ready condition. Ready: reason AllReplicasReady. Not Ready with a stuck Pod: the reason is
+ * the cause of the first stuck Pod by ordinal (a stable choice), the message
+ * `<reason>: <pod>: <message> (<ready>/<replicas> Pods ready[; <n> stuck: <reason> <pods>; ...])`,
+ * e.g. `ImagePullBackOff: web-0: Back-off pulling image "x:1" (0/2 Pods ready; 2 stuck:
+ * ImagePullBackOff web-0, web-1)`. Otherwise ReplicasNotReady with `<ready>/<replicas> Pods
+ * ready`.
+ *
+ * @param pods the owned Pods that count (not being deleted)
+ */
+export function readyCondition(
+  pods: Pod[],
+  readyReplicas: number,
+  replicas: number,
+  ready: boolean,
+): ConditionInput {
+  const count = `${readyReplicas}/${replicas} Pods ready`;
+  if (ready) return { type: "Ready", status: "True", reason: "AllReplicasReady", message: count };
+  const stuck = pods
+    .map((p) => ({ name: p.metadata?.name ?? "", cause: podCause(p) }))
+    .filter((x): x is { name: string; cause: PodCause } => !!x.cause?.stuck)
+    .sort((a, b) => byOrdinal(a.name, b.name));
+  if (stuck.length === 0) {
+    return { type: "Ready", status: "False", reason: "ReplicasNotReady", message: count };
+  }
+  const first = stuck[0];
+  let summary = count;
+  if (stuck.length > 1) {
+    const byReason = new Map<string, string[]>();
+    for (const s of stuck) {
+      byReason.set(s.cause.reason, [...(byReason.get(s.cause.reason) ?? []), s.name]);
+    }
+    summary += `; ${stuck.length} stuck: ${
+      [...byReason].map(([r, names]) => `${r} ${names.join(", ")}`).join("; ")
+    }`;
+  }
+  return {
+    type: "Ready",
+    status: "False",
+    reason: conditionReason(first.cause.reason),
+    message: `${first.cause.reason}: ${first.name}: ${
+      first.cause.message ? first.cause.message + " " : ""
+    }(${summary})`,
+  };
+}
+
+/** A stuck Pod's cause as remembered between reconciles: reason and restart count. */
+export type CauseSignature = string;
+
+/** The signature of a stuck cause: a change means a new occurrence (a new Event or a repeat). */
+export function causeSignature(reason: string, restarts: number): CauseSignature {
+  return `${reason}|${restarts}`;
+}
+
+/**
+ * The stuck causes seen anew in `pods`: a Pod whose cause (reason, or restart count under the same
+ * reason, as a CrashLoopBackOff that crashed again) differs from what was seen before. "Before" is
+ * `seen` (by Pod uid, kept by the caller between reconciles) or, when there is none yet (the first
+ * reconcile after the operator started), the stored status entry of that name, so a cause already reported is
+ * not reported again. A Pod not in `seen` while `seen` exists is new (e.g. recreated under the
+ * same name): its cause is an occurrence. Returns the new occurrences and the signatures to keep.
+ */
+export function newCauses(
+  pods: Pod[],
+  seen: ReadonlyMap<string, CauseSignature> | undefined,
+  stored: PodStatusEntryT[] | undefined,
+): { occurrences: { pod: Pod; cause: PodCause }[]; signatures: Map<string, CauseSignature> } {
+  const occurrences: { pod: Pod; cause: PodCause }[] = [];
+  const signatures = new Map<string, CauseSignature>();
+  for (const pod of pods) {
+    const uid = pod.metadata?.uid ?? pod.metadata?.name ?? "";
+    const cause = podCause(pod);
+    const sig = cause?.stuck ? causeSignature(cause.reason, restartCount(pod)) : "";
+    signatures.set(uid, sig);
+    if (!cause?.stuck) continue;
+    let before: CauseSignature;
+    if (seen) {
+      before = seen.get(uid) ?? "";
+    } else {
+      const e = stored?.find((x) => x.name === pod.metadata?.name);
+      before = e?.reason ? causeSignature(e.reason, e.restartCount) : "";
+    }
+    if (before !== sig) occurrences.push({ pod, cause });
+  }
+  return { occurrences, signatures };
 }
 
 /** Whether two statuses differ in anything but `lastReconciliation`. */

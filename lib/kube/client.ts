@@ -9,15 +9,30 @@
  * (`Retry-After` honoured up to `maxRetries`, reads retried on connection errors, a 401 makes the
  * credential be fetched again once).
  *
+ * Connection health ({@link ConnectionHealth}): every request reports whether an answer came.
+ * When the path to the apiserver recovers after failures, what still waits on a dead connection
+ * is ended and sent again: a request sent before the one that got through, still without an
+ * answer after {@link STALLED_REQUEST_MIN_MS} (a read is sent again once at no cost to its
+ * retries; a write fails with a network error, as it would at its timeout), and a watch that has
+ * received nothing since the failures began ({@link WatchRestartError} `stalled`: its consumer
+ * resumes it at once). A change of the CA or client certificate files (see credentials.ts) ends
+ * every watch the same way (`credentials`), so that they reconnect with the new material.
+ *
  * @module
  */
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { ClusterConfig } from "./config.ts";
-import { CredentialProvider } from "./credentials.ts";
+import { ConnectionHealth, type Recovery } from "./connection.ts";
+import { CREDENTIAL_FILE_CHECK_MS, CredentialProvider } from "./credentials.ts";
 import { ApiError, networkErrorReason, type Status } from "./errors.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
 import { sleep, TokenBucket } from "./throttle.ts";
-import { decodeWatchBatches, type ObjectWatchEvent, WatchIdleError } from "./watch.ts";
+import {
+  decodeWatchBatches,
+  type ObjectWatchEvent,
+  WatchIdleError,
+  WatchRestartError,
+} from "./watch.ts";
 
 /** Any Kubernetes object. */
 export interface KubeObject {
@@ -67,6 +82,11 @@ export interface ClientOptions {
   requestTimeoutMs?: number;
   /** Called after every HTTP request (metrics). Must not throw. */
   onRequest?: (info: RequestInfo) => void;
+  /**
+   * Health of the path to the apiserver, shared by the clients of one apiserver (e.g. the
+   * reconcilers' and the Lease's); default one of this client's own, closed with it.
+   */
+  health?: ConnectionHealth;
 }
 
 /** Common options of one call. */
@@ -111,6 +131,8 @@ export interface WatchOptions extends CallOptions {
   resourceVersionMatch?: "NotOlderThan";
   /** Client idle bound: no byte for this long (ms) ends the stream with WatchIdleError; 0: none. */
   idleTimeoutMs?: number;
+  /** Called when the response headers arrive (the apiserver accepted the watch). Must not throw. */
+  onOpen?: () => void;
 }
 
 /** Patch flavours and their content types (Kubernetes API concepts, "Patch operations"). */
@@ -162,9 +184,39 @@ interface RawRequest {
   signal?: AbortSignal;
   /** Watch: no request timeout, body is streamed. */
   stream?: boolean;
+  /** No retry of any kind (the health probe). */
+  noRetry?: boolean;
 }
 
 const IDEMPOTENT = new Set(["GET", "HEAD"]);
+
+/**
+ * When the path to the apiserver recovers, a request sent before the one that got through and
+ * still without an answer after this long (ms) is presumed to sit on a dead connection and is
+ * ended (see the module doc). An apiserver answers all but the largest list pages well within a
+ * second, and a request ended by mistake is only sent again.
+ */
+export const STALLED_REQUEST_MIN_MS = 1_000;
+
+/** A request or watch in flight, for the stall rule. Times in ms since the epoch. */
+interface InFlight {
+  ctl: AbortController;
+  sentAtMs: number;
+  /** Last time bytes came (watches: headers, then every chunk). */
+  lastByteMs: number;
+}
+
+/** Why the client ended a request: the stall rule (see the module doc). */
+class StalledRequestError extends Error {
+  constructor() {
+    super("no answer on a connection presumed dead: a later request to the apiserver got through");
+    this.name = "StalledRequestError";
+  }
+}
+
+/** Whether an abort reason is a timeout (AbortSignal.timeout's DOMException). */
+const isTimeout = (reason: unknown) =>
+  reason instanceof DOMException && reason.name === "TimeoutError";
 
 function parseRetryAfter(h: string | null): number | undefined {
   if (!h) return undefined;
@@ -183,9 +235,18 @@ export class KubeClient {
   /** The resolved connection. */
   readonly config: ClusterConfig;
   #creds: CredentialProvider;
-  #opts: Required<Omit<ClientOptions, "onRequest">> & Pick<ClientOptions, "onRequest">;
+  #opts: Required<Omit<ClientOptions, "onRequest" | "health">> & Pick<ClientOptions, "onRequest">;
   #bucket: TokenBucket;
   #host: string;
+  /** Health of the path to the apiserver (see {@link ConnectionHealth}). */
+  readonly health: ConnectionHealth;
+  #ownsHealth: boolean;
+  #unsubscribe: (() => void)[] = [];
+  /** Requests sent and not yet answered (headers). */
+  #requests = new Set<InFlight>();
+  /** Watch streams open (headers received). */
+  #watches = new Set<InFlight>();
+  #fileCheckTimer?: ReturnType<typeof setTimeout>;
 
   /**
    * A client of the apiserver `config` names; no request is sent until a verb is called.
@@ -195,6 +256,17 @@ export class KubeClient {
   constructor(config: ClusterConfig, opts: ClientOptions = {}) {
     this.config = config;
     this.#creds = new CredentialProvider(config);
+    this.health = opts.health ?? new ConnectionHealth();
+    this.#ownsHealth = !opts.health;
+    this.health.setProbe((signal) => this.#probe(signal));
+    this.#unsubscribe.push(
+      this.health.onRecovered((r) => this.#endStalled(r)),
+      this.#creds.onTlsChange((c) =>
+        this.#restartWatches(
+          new WatchRestartError("credentials", `${c.changed.join(", ")} changed`),
+        )
+      ),
+    );
     this.#opts = {
       userAgent: opts.userAgent ?? "appservice-operator",
       qps: opts.qps ?? 0,
@@ -207,9 +279,79 @@ export class KubeClient {
     this.#host = new URL(config.server).host;
   }
 
-  /** Releases the HTTP clients. */
+  /** Releases the HTTP clients, and the health tracker when it is this client's own. */
   close(): void {
+    for (const u of this.#unsubscribe.splice(0)) u();
+    clearTimeout(this.#fileCheckTimer);
     this.#creds.close();
+    if (this.#ownsHealth) this.health.close();
+  }
+
+  /**
+   * Reads the credential files again now (see credentials.ts); resolves true when the CA or
+   * client certificate changed (the watches are then restarted with the new material).
+   */
+  checkCredentialFiles(): Promise<boolean> {
+    return this.#creds.checkFiles();
+  }
+
+  /** Why the last re-read of a credential file was not adopted, if it was not. */
+  get credentialFileError(): string | undefined {
+    return this.#creds.lastFileError;
+  }
+
+  /** A request got no answer: tell the health tracker, and check the credential files soon. */
+  #failed(err: unknown): void {
+    this.health.failed(err);
+    this.#creds.recheckAfterFailure();
+  }
+
+  /** The stall rule at a recovery (see the module doc). */
+  #endStalled(r: Recovery): void {
+    const now = Date.now();
+    for (const e of this.#requests) {
+      if (e.sentAtMs < r.sentAtMs && now - e.sentAtMs >= STALLED_REQUEST_MIN_MS) {
+        e.ctl.abort(new StalledRequestError());
+      }
+    }
+    const since = new Date(r.failingSinceMs).toISOString();
+    for (const w of this.#watches) {
+      if (w.lastByteMs < r.failingSinceMs) {
+        w.ctl.abort(
+          new WatchRestartError(
+            "stalled",
+            `nothing received since the connection to the apiserver failed at ${since}`,
+          ),
+        );
+      }
+    }
+  }
+
+  #restartWatches(reason: WatchRestartError): void {
+    for (const w of this.#watches) w.ctl.abort(reason);
+  }
+
+  /**
+   * Checks the credential files every {@link CREDENTIAL_FILE_CHECK_MS} while a watch is open:
+   * requests check them anyway, but a replica at rest sends none, and its watches must move to
+   * rotated material too.
+   */
+  #armFileCheck(): void {
+    if (!this.#creds.hasFiles || this.#fileCheckTimer !== undefined) return;
+    if (this.#watches.size === 0) return;
+    const dueMs = this.#creds.lastCheckMs + CREDENTIAL_FILE_CHECK_MS - Date.now();
+    this.#fileCheckTimer = setTimeout(async () => {
+      this.#fileCheckTimer = undefined;
+      if (this.#watches.size === 0) return;
+      await this.#creds.checkFiles();
+      this.#armFileCheck();
+    }, Math.max(0, dueMs));
+  }
+
+  /** One `GET /version` without retries: the health probe. */
+  async #probe(signal: AbortSignal): Promise<void> {
+    const resp = await this.#send({ method: "GET", path: "/version", signal, noRetry: true });
+    await resp.body?.cancel();
   }
 
   /**
@@ -222,7 +364,9 @@ export class KubeClient {
       if (v !== undefined && v !== "") url.searchParams.set(k, String(v));
     }
     const label = `${req.method} ${req.path}`;
+    const maxRetries = req.noRetry ? 0 : this.#opts.maxRetries;
     let retriedAuth = false;
+    let retriedStalled = false;
     for (let attempt = 0;; attempt++) {
       await this.#bucket.wait(req.signal);
       const cred = await this.#creds.get(req.signal);
@@ -232,31 +376,64 @@ export class KubeClient {
       };
       if (cred.authorization) headers["Authorization"] = cred.authorization;
       if (req.body !== undefined) headers["Content-Type"] = req.contentType ?? "application/json";
-      const signals: AbortSignal[] = [];
+      // `own` ends the request under the stall rule (see #endStalled).
+      const own = new AbortController();
+      const signals: AbortSignal[] = [own.signal];
       if (req.signal) signals.push(req.signal);
       const timeout = req.stream ? undefined : AbortSignal.timeout(this.#opts.requestTimeoutMs);
       if (timeout) signals.push(timeout);
       const started = performance.now();
+      const entry: InFlight = { ctl: own, sentAtMs: Date.now(), lastByteMs: 0 };
+      this.#requests.add(entry);
       let resp: Response;
       try {
         resp = await fetch(url, {
           method: req.method,
           headers,
           body: req.body === undefined ? undefined : JSON.stringify(req.body),
-          signal: signals.length ? AbortSignal.any(signals) : undefined,
+          signal: AbortSignal.any(signals),
           client: cred.httpClient,
         });
       } catch (err) {
+        this.#requests.delete(entry);
+        cred.release();
         this.#record(req.method, "<error>", started);
-        if (req.signal?.aborted) throw req.signal.reason;
+        if (req.signal?.aborted) {
+          // The caller's own time bound (e.g. a Lease renewal's deadline) ran out without an
+          // answer: that is a failure of the path; a shutdown is not.
+          if (isTimeout(req.signal.reason)) {
+            this.#failed(new Error(`${label}: no answer before the caller's deadline`));
+            this.#creds.resetConnections();
+          }
+          throw req.signal.reason;
+        }
+        if (own.signal.aborted) {
+          // The stall rule ended it: it sat on a dead connection while a later request got an
+          // answer. A watch is resumed by its consumer; a read is sent again once, a write fails
+          // as at its timeout (it may or may not have reached the apiserver).
+          if (req.stream) {
+            throw new WatchRestartError("stalled", `${label}: ${own.signal.reason.message}`);
+          }
+          if (IDEMPOTENT.has(req.method) && !retriedStalled) {
+            retriedStalled = true;
+            attempt--;
+            continue;
+          }
+          throw new Error(`${label}: ${own.signal.reason.message}`, { cause: own.signal.reason });
+        }
+        // The HTTP client was closed between get() and fetch() (the provider was closed): the
+        // request never left, so it is safe to send again whatever its method.
+        if (err instanceof Deno.errors.BadResource && attempt < maxRetries) continue;
+        this.#failed(
+          timeout?.aborted
+            ? new Error(`${label}: no answer within ${this.#opts.requestTimeoutMs / 1000} s`)
+            : err,
+        );
         // No answer within the request timeout: the pooled connections may be dead (a network
         // path that drops packets); the next attempt, and every later request, gets a new one
         // (see resetConnections).
         if (timeout?.aborted) this.#creds.resetConnections();
-        // The HTTP client was closed by resetConnections between get() and fetch(): the request
-        // never left, so it is safe to send again whatever its method.
-        if (err instanceof Deno.errors.BadResource && attempt < this.#opts.maxRetries) continue;
-        if (IDEMPOTENT.has(req.method) && !req.stream && attempt < this.#opts.maxRetries) {
+        if (IDEMPOTENT.has(req.method) && !req.stream && attempt < maxRetries) {
           await sleep(Math.min(200 * 2 ** attempt, 5_000), req.signal);
           continue;
         }
@@ -264,6 +441,9 @@ export class KubeClient {
           cause: err,
         });
       }
+      this.#requests.delete(entry);
+      cred.release();
+      this.health.succeeded(entry.sentAtMs);
       this.#record(req.method, String(resp.status), started);
       if (resp.ok) return resp;
       const retryAfter = parseRetryAfter(resp.headers.get("Retry-After"));
@@ -281,7 +461,7 @@ export class KubeClient {
       }
       const retryable = resp.status === 429 || (resp.status === 503 && retryAfter !== undefined) ||
         (IDEMPOTENT.has(req.method) && !req.stream && resp.status >= 500 && resp.status !== 501);
-      if (retryable && attempt < this.#opts.maxRetries) {
+      if (retryable && attempt < maxRetries) {
         const waitMs = retryAfter !== undefined
           ? Math.min(retryAfter * 1000, 30_000)
           : Math.min(200 * 2 ** attempt, 5_000);
@@ -452,7 +632,8 @@ export class KubeClient {
    * The idle bound also covers the wait for the response headers (a request sent into a stalled
    * connection otherwise waits forever: watches have no request timeout), and a WatchIdleError
    * drops the pooled connections ({@link CredentialProvider.resetConnections}) so that the next
-   * watch does not go into a pooled connection on the same stalled path.
+   * watch does not go into a pooled connection on the same stalled path. A watch ended by the
+   * client throws {@link WatchRestartError} (see the module doc): resume it at once.
    */
   async *watchBatches<T extends KubeObject>(
     rt: ResourceType,
@@ -465,6 +646,7 @@ export class KubeClient {
     const headersTimer = idleMs > 0
       ? setTimeout(() => ctl.abort(new WatchIdleError(idleMs)), idleMs)
       : undefined;
+    let stream: InFlight | undefined;
     try {
       const resp = await this.#send({
         method: "GET",
@@ -484,14 +666,37 @@ export class KubeClient {
       });
       clearTimeout(headersTimer);
       if (!resp.body) return;
-      yield* decodeWatchBatches<T>(resp.body, idleMs, () => ctl.abort());
+      const s: InFlight = stream = { ctl, sentAtMs: Date.now(), lastByteMs: Date.now() };
+      this.#watches.add(s);
+      this.#armFileCheck();
+      try {
+        o.onOpen?.();
+      } catch { /* reporting must not break the stream */ }
+      // Bytes on this stream show that its connection is alive, not that new ones work: they keep
+      // it from the stall rule but do not end a failing episode (a request's answer does).
+      yield* decodeWatchBatches<T>(resp.body, idleMs, () => ctl.abort(), () => {
+        s.lastByteMs = Date.now();
+      });
     } catch (err) {
       if (o.signal?.aborted) throw o.signal.reason;
-      if (err instanceof WatchIdleError) this.#creds.resetConnections();
+      if (ctl.signal.reason instanceof WatchRestartError) throw ctl.signal.reason;
+      if (err instanceof WatchIdleError) {
+        // Silent past its bound (see the reflector: the apiserver's bookmark cadence).
+        this.#failed(err);
+        this.#creds.resetConnections();
+      } else if (stream && !(err instanceof ApiError)) {
+        // The stream broke mid-way (a connection reset, a cut link).
+        this.#failed(err);
+      }
       throw err;
     } finally {
       clearTimeout(headersTimer);
       o.signal?.removeEventListener("abort", onAbort);
+      if (stream) this.#watches.delete(stream);
+      if (this.#watches.size === 0) {
+        clearTimeout(this.#fileCheckTimer);
+        this.#fileCheckTimer = undefined;
+      }
       ctl.abort();
     }
   }

@@ -9,6 +9,10 @@
  *   `current-context` wins; else the in-cluster service account when `KUBERNETES_SERVICE_HOST` is
  *   set; else `~/.kube/config`.
  * - Relative file paths in a kubeconfig are resolved against the directory of that file.
+ * - Credential files (`certificate-authority`, `client-certificate`, `client-key`, `tokenFile`, the
+ *   in-cluster `ca.crt` and `token`) are named in the result (`caFile`, `certFile`, `keyFile`,
+ *   `path`) so that the client can read them again when they change (see credentials.ts); inline
+ *   `*-data` fields are fixed for the life of the process.
  * - A field this client cannot honour (`insecure-skip-tls-verify`, `auth-provider`,
  *   `username`/`password`) and a user entry with no credential at all are errors: the client never
  *   downgrades to an unverified or anonymous connection.
@@ -36,7 +40,15 @@ export interface ExecConfig {
 
 /** How requests authenticate; exactly one source, as a discriminated union. */
 export type AuthConfig =
-  | { kind: "clientCertificate"; certPem: string; keyPem: string }
+  | {
+    kind: "clientCertificate";
+    certPem: string;
+    keyPem: string;
+    /** The `client-certificate` file the PEM came from (absent for `client-certificate-data`). */
+    certFile?: string;
+    /** The `client-key` file the PEM came from (absent for `client-key-data`). */
+    keyFile?: string;
+  }
   | { kind: "token"; token: string }
   | { kind: "tokenFile"; path: string }
   | { kind: "exec"; exec: ExecConfig };
@@ -47,6 +59,8 @@ export interface ClusterConfig {
   server: string;
   /** PEM bundle of CAs trusted for the apiserver; undefined means the system roots. */
   caPem?: string;
+  /** The file `caPem` was read from (`certificate-authority`, in-cluster `ca.crt`), if any. */
+  caFile?: string;
   /** HTTP(S) proxy URL from the kubeconfig's `proxy-url`. */
   proxyUrl?: string;
   /** The credential source. */
@@ -104,6 +118,35 @@ function decodeBase64(data: string, what: string): string {
     return new TextDecoder().decode(Uint8Array.from(atob(data.trim()), (c) => c.charCodeAt(0)));
   } catch {
     throw new ConfigError(`${what} is not valid base64`);
+  }
+}
+
+/**
+ * Checks that `pem` holds at least one PEM certificate (a CA bundle).
+ * @throws ConfigError naming `what`
+ */
+export function checkCaPem(pem: string, what: string): void {
+  if (!pem.includes("-----BEGIN CERTIFICATE-----")) {
+    throw new ConfigError(`${what}: certificate authority is not a PEM certificate`);
+  }
+}
+
+/**
+ * Checks a client certificate and key pair as PEM (both present, a certificate, a private key).
+ * @throws ConfigError naming `what`
+ */
+export function checkClientPair(
+  certPem: string | undefined,
+  keyPem: string | undefined,
+  what: string,
+): void {
+  if (!certPem) throw new ConfigError(`${what} has a client key but no client certificate`);
+  if (!keyPem) throw new ConfigError(`${what} has a client certificate but no client key`);
+  if (!certPem.includes("-----BEGIN CERTIFICATE-----")) {
+    throw new ConfigError(`${what}: client certificate is not PEM`);
+  }
+  if (!/-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(keyPem)) {
+    throw new ConfigError(`${what}: client key is not a PEM private key`);
   }
 }
 
@@ -176,26 +219,31 @@ function authFromUser(name: string, entry: RawEntry): AuthConfig {
   if (u.username || u.password) {
     throw new ConfigError(`${where} uses basic auth (username/password), which is not supported`);
   }
+  const certFile = !u["client-certificate-data"] && u["client-certificate"]
+    ? resolvePath(u["client-certificate"], entry.dir)
+    : undefined;
+  const keyFile = !u["client-key-data"] && u["client-key"]
+    ? resolvePath(u["client-key"], entry.dir)
+    : undefined;
   const certPem = u["client-certificate-data"]
     ? decodeBase64(u["client-certificate-data"], `${where} client-certificate-data`)
-    : u["client-certificate"]
-    ? readText(resolvePath(u["client-certificate"], entry.dir), `${where} client-certificate`)
+    : certFile
+    ? readText(certFile, `${where} client-certificate`)
     : undefined;
   const keyPem = u["client-key-data"]
     ? decodeBase64(u["client-key-data"], `${where} client-key-data`)
-    : u["client-key"]
-    ? readText(resolvePath(u["client-key"], entry.dir), `${where} client-key`)
+    : keyFile
+    ? readText(keyFile, `${where} client-key`)
     : undefined;
   if (certPem !== undefined || keyPem !== undefined) {
-    if (!certPem) throw new ConfigError(`${where} has a client key but no client certificate`);
-    if (!keyPem) throw new ConfigError(`${where} has a client certificate but no client key`);
-    if (!certPem.includes("-----BEGIN CERTIFICATE-----")) {
-      throw new ConfigError(`${where}: client certificate is not PEM`);
-    }
-    if (!/-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(keyPem)) {
-      throw new ConfigError(`${where}: client key is not a PEM private key`);
-    }
-    return { kind: "clientCertificate", certPem, keyPem };
+    checkClientPair(certPem, keyPem, where);
+    return {
+      kind: "clientCertificate",
+      certPem: certPem!,
+      keyPem: keyPem!,
+      ...(certFile ? { certFile } : {}),
+      ...(keyFile ? { keyFile } : {}),
+    };
   }
   if (typeof u.token === "string" && u.token !== "") return { kind: "token", token: u.token };
   if (u.tokenFile) {
@@ -267,17 +315,15 @@ function fromKubeconfig(paths: string[], contextName?: string): ClusterConfig {
       `${cwhere} sets insecure-skip-tls-verify, which this client does not honour; give certificate-authority(-data)`,
     );
   }
+  const caFile = !c["certificate-authority-data"] && c["certificate-authority"]
+    ? resolvePath(c["certificate-authority"], cluster.dir)
+    : undefined;
   const caPem = c["certificate-authority-data"]
     ? decodeBase64(c["certificate-authority-data"], `${cwhere} certificate-authority-data`)
-    : c["certificate-authority"]
-    ? readText(
-      resolvePath(c["certificate-authority"], cluster.dir),
-      `${cwhere} certificate-authority`,
-    )
+    : caFile
+    ? readText(caFile, `${cwhere} certificate-authority`)
     : undefined;
-  if (caPem !== undefined && !caPem.includes("-----BEGIN CERTIFICATE-----")) {
-    throw new ConfigError(`${cwhere}: certificate authority is not a PEM certificate`);
-  }
+  if (caPem !== undefined) checkCaPem(caPem, cwhere);
   const userName = ctx.raw.user;
   const user = merged.users.get(userName);
   if (!user) {
@@ -288,6 +334,7 @@ function fromKubeconfig(paths: string[], contextName?: string): ClusterConfig {
   return {
     server: c.server.replace(/\/+$/, ""),
     caPem,
+    ...(caFile ? { caFile } : {}),
     proxyUrl: c["proxy-url"] || undefined,
     auth: authFromUser(userName, user),
     namespace: ctx.raw.namespace || "default",
@@ -298,7 +345,8 @@ function fromKubeconfig(paths: string[], contextName?: string): ClusterConfig {
 /**
  * In-cluster configuration (client-go `rest.InClusterConfig`): server from
  * `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT`, CA, token file and namespace from the
- * service account folder. The token file is re-read by the client (bound tokens rotate).
+ * service account folder. The token and CA files are re-read by the client when they change
+ * (bound tokens rotate; so does the cluster CA).
  *
  * @throws ConfigError when the host/port are unset or the CA or token cannot be read.
  */
@@ -317,7 +365,8 @@ export function inClusterConfig(
   if (readText(tokenPath, "service account token").trim() === "") {
     throw new ConfigError(`service account token ${tokenPath} is empty`);
   }
-  const caPem = readText(`${serviceAccountDir}/ca.crt`, "service account CA");
+  const caFile = `${serviceAccountDir}/ca.crt`;
+  const caPem = readText(caFile, "service account CA");
   let namespace = "default";
   try {
     namespace = Deno.readTextFileSync(`${serviceAccountDir}/namespace`).trim() || "default";
@@ -326,6 +375,7 @@ export function inClusterConfig(
   return {
     server: `https://${hostPart}:${port}`,
     caPem,
+    caFile,
     auth: { kind: "tokenFile", path: tokenPath },
     namespace,
     source: "in-cluster",

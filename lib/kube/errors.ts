@@ -26,7 +26,11 @@ export interface Status {
     group?: string;
     kind?: string;
     uid?: string;
-    causes?: { type?: string; reason?: string; message?: string; field?: string }[];
+    /**
+     * metav1.StatusCause list. Its Go field `Type` (a CauseType such as `FieldValueInvalid` or
+     * `NamespaceTerminating`) is serialized as `reason`.
+     */
+    causes?: { reason?: string; message?: string; field?: string }[];
     retryAfterSeconds?: number;
   };
   /** HTTP status code this Status stands for. */
@@ -108,15 +112,34 @@ export const isTooManyRequests = (err: unknown): boolean => hasCode(err, 429, "T
 /** True for 401 / reason Unauthorized (credential missing, expired or not accepted). */
 export const isUnauthorized = (err: unknown): boolean => hasCode(err, 401, "Unauthorized");
 
+/** StatusCause type of a create refused in a namespace being deleted (core/v1 `NamespaceTerminatingCause`). */
+export const NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating";
+
 /**
- * True for a 403 because the namespace is being deleted (the Status carries a cause of type
- * `NamespaceTerminating`; Kubernetes' NamespaceLifecycle admission plugin).
+ * True for a 403 because the namespace is being deleted: the NamespaceLifecycle admission plugin
+ * (k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle) refuses every create there with
+ * Forbidden and appends a StatusCause of type {@link NAMESPACE_TERMINATING_CAUSE} (field
+ * `metadata.namespace`). Branches on the cause type, never on the message. The cause type is
+ * the StatusCause's `reason` in JSON (metav1.StatusCause: `Type CauseType json:"reason"`); checking
+ * a `type` key, as this operator once did, never matches.
  */
 export const isNamespaceTerminating = (err: unknown): boolean =>
   err instanceof ApiError && err.code === 403 &&
-  !!err.status?.details?.causes?.some((c) =>
-    (c as { type?: string }).type === "NamespaceTerminating"
-  );
+  !!err.status?.details?.causes?.some((c) => c.reason === NAMESPACE_TERMINATING_CAUSE);
+
+/**
+ * True for a 404 naming the namespace itself (`details.kind` "namespaces"): the same admission
+ * plugin's answer to a create once the namespace is gone (its live lookup's NotFound).
+ */
+export const isNamespaceNotFound = (err: unknown): boolean =>
+  err instanceof ApiError && err.code === 404 && err.status?.details?.kind === "namespaces";
+
+/**
+ * True when nothing can be created in the namespace any more: it is being deleted
+ * ({@link isNamespaceTerminating}) or already gone ({@link isNamespaceNotFound}).
+ */
+export const isNamespaceClosed = (err: unknown): boolean =>
+  isNamespaceTerminating(err) || isNamespaceNotFound(err);
 
 /**
  * One line saying why a request got no answer, from an error of `fetch` (or one wrapping it as

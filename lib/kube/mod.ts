@@ -61,7 +61,19 @@ export {
   type ResourceType,
   SERVICES,
 } from "./resources.ts";
-export { type ObjectWatchEvent, type WatchEvent, WatchIdleError } from "./watch.ts";
+export {
+  type ObjectWatchEvent,
+  type WatchEvent,
+  WatchIdleError,
+  WatchRestartError,
+} from "./watch.ts";
+export {
+  ConnectionHealth,
+  type ConnectionHealthOptions,
+  type HealthEvent,
+  type Recovery,
+  type Timers,
+} from "./connection.ts";
 export type {
   FieldsV1,
   ManagedFieldsEntry,

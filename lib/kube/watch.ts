@@ -32,6 +32,28 @@ export class WatchIdleError extends Error {
 }
 
 /**
+ * Thrown when the client ended a watch on purpose so that its consumer opens it again (from the
+ * last resourceVersion it applied, at once, without backoff): its connection is presumed dead
+ * (`stalled`: nothing came on it since the path to the apiserver failed, and a later request got
+ * through), or the credentials changed (`credentials`: a rotated CA or client certificate, so
+ * the watch reconnects with the new material and the old HTTP client can be closed).
+ */
+export class WatchRestartError extends Error {
+  /** Why the watch was ended. */
+  readonly why: "stalled" | "credentials";
+  /**
+   * Makes the error that ends a watch the client restarts on purpose.
+   * @param why see {@link WatchRestartError.why}
+   * @param detail one line for logs
+   */
+  constructor(why: "stalled" | "credentials", detail: string) {
+    super(`watch restarted: ${detail}`);
+    this.name = "WatchRestartError";
+    this.why = why;
+  }
+}
+
+/**
  * Longest frame (characters) a watch stream may send: a frame is one object, and the apiserver
  * stores objects of at most ~1.5 MiB (etcd's request limit), so 64 MiB without a newline is a
  * broken or hostile stream, not a big object. Bounds the decoder's memory.
@@ -53,6 +75,7 @@ export const MAX_WATCH_FRAME_CHARS = 64 * 1024 * 1024;
  *   BYOB read when it closes, with `byobRequest.respond(0)`, as the Streams standard asks)
  * @param idleMs idle bound in ms; 0 disables it
  * @param onIdle called once when the bound is exceeded, before throwing
+ * @param onChunk called for every chunk read (bytes arrived: the connection is alive)
  * @throws ApiError for an ERROR frame; WatchIdleError past the idle bound; SyntaxError for a frame
  *   that is not JSON; Error for a frame longer than {@link MAX_WATCH_FRAME_CHARS}
  */
@@ -60,6 +83,7 @@ export async function* decodeWatchBatches<T>(
   body: ReadableStream<Uint8Array>,
   idleMs: number,
   onIdle: () => void,
+  onChunk?: () => void,
 ): AsyncGenerator<ObjectWatchEvent<T>[]> {
   const read = chunkReader(body);
   const reader = read.reader;
@@ -90,6 +114,7 @@ export async function* decodeWatchBatches<T>(
       if (idle) throw new WatchIdleError(idleMs);
       if (!chunk) break;
       arm();
+      onChunk?.();
       // decode() copies the bytes, so the reader may reuse the buffer for the next chunk.
       const piece = decoder.decode(chunk, { stream: true });
       // Only the new piece is searched: `rest` holds no newline, so a long frame costs linear,

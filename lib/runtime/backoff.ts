@@ -1,7 +1,15 @@
 /**
  * Exponential backoff with jitter, as used by reflectors and retry loops (client-go
- * `wait.Backoff` with the reflector's defaults: 800 ms doubling to 30 s, jitter 1.0, reset after
- * a healthy period of 2 min).
+ * `wait.Backoff` with the reflector's defaults: 800 ms doubling, jitter 1.0, capped at 30 s,
+ * reset after a healthy period of 2 min).
+ *
+ * Jitter applies at the cap too: a delay is `base × (1 + jitter × random)` with `base` the
+ * doubled delay capped at `maxMs / (1 + jitter)`, so delays never exceed `maxMs` and, once
+ * doubling has reached the cap, are spread over [maxMs / (1 + jitter), maxMs) instead of all
+ * being `maxMs`. Without that, clients that failed together retry together for ever: on a link
+ * that drops every connection every few seconds, capped retries fell into the drops in lockstep
+ * (S15). client-go's `wait.Backoff` also jitters after capping (its delays then reach
+ * (1 + jitter) × cap); here the cap stays the longest delay.
  *
  * @module
  */
@@ -17,7 +25,7 @@ export const REFLECTOR_BACKOFF_RESET_MS = 120_000;
 export interface BackoffOptions {
   /** First delay (ms). */
   initialMs: number;
-  /** Cap of the delay (ms), before jitter. */
+  /** The longest delay {@link Backoff.next} returns. */
   maxMs: number;
   /** Factor per step; default 2. */
   factor?: number;
@@ -57,17 +65,21 @@ export class Backoff {
     return this.#steps;
   }
 
-  /** The next delay (ms): initial × factor^steps capped at max, plus jitter, capped at max. */
+  /**
+   * The next delay (ms): `initial × factor^steps`, capped at `max / (1 + jitter)`, times
+   * `(1 + jitter × random)` — never above `max`, jittered at the cap too (see the module doc).
+   */
   next(): number {
-    const now = this.#o.now();
-    if (now - this.#last >= this.#o.resetAfterMs) this.#steps = 0;
+    const o = this.#o;
+    const now = o.now();
+    if (now - this.#last >= o.resetAfterMs) this.#steps = 0;
     this.#last = now;
-    const base = Math.min(this.#o.initialMs * this.#o.factor ** this.#steps, this.#o.maxMs);
+    const base = Math.min(o.initialMs * o.factor ** this.#steps, o.maxMs / (1 + o.jitter));
     this.#steps++;
-    return Math.min(base * (1 + this.#o.jitter * this.#o.random()), this.#o.maxMs);
+    return Math.min(base * (1 + o.jitter * o.random()), o.maxMs);
   }
 
-  /** Starts again from the initial delay. */
+  /** Starts again from the initial delay (after a success). */
   reset(): void {
     this.#steps = 0;
   }

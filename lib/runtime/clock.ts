@@ -5,22 +5,17 @@
  * @module
  */
 
-/** Time source and timers. All values are milliseconds. */
-export interface Clock {
-  /** Monotonic-enough wall time in ms since the epoch. */
-  now(): number;
-  /** Calls `fn` after `ms`; returns a handle for {@link Clock.clearTimer}. */
-  setTimer(fn: () => void, ms: number): unknown;
-  /** Cancels a timer from {@link Clock.setTimer}. */
-  clearTimer(handle: unknown): void;
-}
+import { realTimers, type Timers } from "../kube/connection.ts";
+
+/**
+ * Time source and timers, all in milliseconds: `now()`, `setTimer(fn, ms)` returning a handle,
+ * `clearTimer(handle)`. The same shape as the client's {@link Timers} (defined in lib/kube, which
+ * the runtime builds on), so one clock drives both.
+ */
+export type Clock = Timers;
 
 /** The real clock (Date.now and setTimeout). */
-export const realClock: Clock = {
-  now: () => Date.now(),
-  setTimer: (fn, ms) => setTimeout(fn, Math.max(0, ms)),
-  clearTimer: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
-};
+export const realClock: Clock = realTimers;
 
 /** A manual clock for tests: time moves only with {@link FakeClock.advance}. */
 export class FakeClock implements Clock {

@@ -53,13 +53,18 @@ export interface InformerStatus {
   readonly failedAttempts: number;
   /** The reflector's state, named in the message while not synced. */
   readonly state: { phase: string };
+  /** Set while its watch is known not to hear the apiserver (clock ms and why). */
+  readonly deaf?: { sinceMs: number; reason: string };
 }
 
 /**
  * The readiness check of one informer: not ready until it has synced; once synced, not ready
- * while it has been failing to list or watch for `failingForMs` or longer (default
- * {@link INFORMER_FAILING_NOT_READY_MS}), naming how long, how many attempts and the last error;
- * ready again at the first success. `now` is the same clock the reflector runs on.
+ * while its watch is known to be deaf (it missed the apiserver's bookmark cadence, or its
+ * connection was found dead: see the reflector), naming since when and why, until a watch is
+ * accepted again; and not ready while it has been failing to list or watch for `failingForMs` or
+ * longer (default {@link INFORMER_FAILING_NOT_READY_MS}), naming how long, how many attempts and
+ * the last error; ready again at the first success. `now` is the same clock the reflector runs
+ * on.
  */
 export function informerCheck(
   r: InformerStatus,
@@ -68,12 +73,52 @@ export function informerCheck(
 ): Check {
   return () => {
     if (!r.hasSynced) return `not synced (${r.lastError ?? r.state.phase})`;
+    const deaf = r.deaf;
+    if (deaf) {
+      const s = Math.round((now() - deaf.sinceMs) / 1000);
+      const retry = r.lastError ? `; reconnecting: ${r.lastError}` : "";
+      return `watch deaf for ${s} s (${deaf.reason})${retry}`;
+    }
     const since = r.failingSinceMs;
     if (since === undefined) return undefined;
     const failingMs = now() - since;
     if (failingMs < failingForMs) return undefined;
     return `list/watch failing for ${Math.round(failingMs / 1000)} s (${r.failedAttempts} ` +
       `attempts): ${r.lastError ?? "unknown error"}`;
+  };
+}
+
+/** What {@link connectionCheck} reads of the client's ConnectionHealth. */
+export interface ConnectionStatus {
+  /** When the current run of requests without an answer began (ms); undefined while healthy. */
+  readonly failingSinceMs?: number;
+  /** Requests without an answer in that run. */
+  readonly failures: number;
+  /** The last one's reason (e.g. `invalid peer certificate: UnknownIssuer`). */
+  readonly lastError?: string;
+}
+
+/**
+ * The readiness check of the path to the apiserver: not ready while every request for
+ * `failingForMs` or longer (default {@link INFORMER_FAILING_NOT_READY_MS}, for the same reasons)
+ * got no answer, naming how long, how many and the last reason — a TLS failure after a CA
+ * rotation, a refused connection, timeouts; `hint` is appended (e.g. where the trusted CA comes
+ * from). Ready again at the first answer.
+ */
+export function connectionCheck(
+  c: ConnectionStatus,
+  now: () => number,
+  hint: () => string | undefined = () => undefined,
+  failingForMs: number = INFORMER_FAILING_NOT_READY_MS,
+): Check {
+  return () => {
+    const since = c.failingSinceMs;
+    if (since === undefined) return undefined;
+    const failingMs = now() - since;
+    if (failingMs < failingForMs) return undefined;
+    const h = hint();
+    return `no answer from the apiserver for ${Math.round(failingMs / 1000)} s (${c.failures} ` +
+      `requests): ${c.lastError ?? "unknown error"}${h ? `; ${h}` : ""}`;
   };
 }
 

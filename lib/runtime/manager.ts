@@ -37,8 +37,14 @@ import {
   type Informer,
 } from "./controller.ts";
 import { DelegatedAuth, kubeReviewer, REVIEW_TIMEOUT_MS } from "./delegated_auth.ts";
-import { EventRecorder } from "./events.ts";
-import { checksHandler, informerCheck, parseBindAddress, serveRoutes } from "./health.ts";
+import { EventRecorder, type EventRecorderOptions } from "./events.ts";
+import {
+  checksHandler,
+  connectionCheck,
+  informerCheck,
+  parseBindAddress,
+  serveRoutes,
+} from "./health.ts";
 import {
   LeaderElector,
   LEASE_DURATION_SECONDS,
@@ -260,14 +266,17 @@ export class Manager {
    * An Event recorder (events.k8s.io/v1) reporting as `reportingController` (e.g.
    * `example.com/my-operator`) and this manager's identity; queued Events are flushed (for up to
    * 2 s) on shutdown.
+   * @param opts see {@link EventRecorderOptions} (e.g. `terminating`, the namespaces where
+   *   nothing is created any more); failed writes are logged at warning level.
    */
-  eventRecorder(reportingController: string): EventRecorder {
-    const r = new EventRecorder(
-      this.#o.client,
-      reportingController,
-      this.#o.identity,
-      (err) => this.#log.warn("Event not recorded", { error: errorText(err) }),
-    );
+  eventRecorder(
+    reportingController: string,
+    opts: Omit<EventRecorderOptions, "onError"> = {},
+  ): EventRecorder {
+    const r = new EventRecorder(this.#o.client, reportingController, this.#o.identity, {
+      ...opts,
+      onError: (err) => this.#log.warn("Event not recorded", { error: errorText(err) }),
+    });
     this.#recorders.push(r);
     return r;
   }
@@ -389,6 +398,13 @@ export class Manager {
               idleMs: ev.idleMs,
             });
             break;
+          case "restart":
+            logger.info("Watch restarted", {
+              why: ev.why,
+              resourceVersion: ev.resourceVersion,
+              detail: ev.detail,
+            });
+            break;
           case "error":
             o.metrics.reflectorWatchErrors.inc({ resource: resource.plural });
             logger.warn(ev.phase === "list" ? "List failed" : "Watch failed", {
@@ -404,6 +420,56 @@ export class Manager {
       },
     });
     return r;
+  }
+
+  /** Where the trusted CAs come from, and a credential file that could not be used, if any. */
+  #trustHint(): string | undefined {
+    const c = this.#o.client;
+    const parts: string[] = [];
+    if (c.config.caFile) {
+      parts.push(`trusted CAs from ${c.config.caFile} (re-read every 60 s and after failures)`);
+    }
+    if (c.credentialFileError) parts.push(c.credentialFileError);
+    return parts.join("; ") || undefined;
+  }
+
+  /**
+   * Logs the health of the path to the apiserver: one error line once requests have had no
+   * answer for 10 s (naming the last reason, e.g. a TLS failure after a CA rotation), one line
+   * when it recovers; short blips only at debug level. Returns the unsubscribe function.
+   */
+  #logConnection(): () => void {
+    const logger = log("connection").with({ server: this.#o.client.config.server });
+    return this.#o.client.health.onEvent((ev) => {
+      switch (ev.type) {
+        case "failing":
+          logger.debug("Request to the apiserver got no answer", { error: ev.error });
+          break;
+        case "stillFailing":
+          logger.error("No answer from the apiserver; retrying", {
+            sinceMs: ev.sinceMs,
+            failures: ev.failures,
+            error: ev.error,
+            hint: this.#trustHint(),
+          });
+          break;
+        case "recovered": {
+          const r = ev.recovery;
+          const fields = {
+            failedForMs: r.recoveredAtMs - r.failingSinceMs,
+            failures: r.failures,
+            lastError: r.lastError,
+          };
+          if (ev.reported) logger.info("Connection to the apiserver recovered", fields);
+          else logger.debug("Connection to the apiserver recovered", fields);
+          break;
+        }
+        default: {
+          const never: never = ev;
+          logger.debug("Connection event", { event: never });
+        }
+      }
+    });
   }
 
   /**
@@ -426,6 +492,7 @@ export class Manager {
     }
     const controllers = this.#controllers;
 
+    const unwatchConnection = this.#logConnection();
     let elector: LeaderElector | undefined;
     let fenced = false;
     const health = parseBindAddress(o.healthProbeBindAddress);
@@ -435,10 +502,13 @@ export class Manager {
           ping: () => undefined,
           lease: () => fenced ? "lost the Lease" : undefined,
         }),
-        "/readyz": checksHandler(Object.fromEntries(allInformers.map((i) => [
-          `informer-${i.name}`,
-          informerCheck(i.reflector, realClock.now),
-        ]))),
+        "/readyz": checksHandler({
+          ...Object.fromEntries(allInformers.map((i) => [
+            `informer-${i.name}`,
+            informerCheck(i.reflector, realClock.now),
+          ])),
+          apiserver: connectionCheck(o.client.health, realClock.now, () => this.#trustHint()),
+        }),
       }, servers.signal);
       this.ports.health = s.port;
     }
@@ -475,6 +545,7 @@ export class Manager {
         servers.abort();
         informers.abort();
         ownAuthClient?.close();
+        unwatchConnection();
         throw err;
       }
     }
@@ -580,6 +651,7 @@ export class Manager {
     informers.abort();
     servers.abort();
     ownAuthClient?.close();
+    unwatchConnection();
     signal.removeEventListener("abort", onSignal);
     this.#log.info("Stopped", { exitCode });
     return exitCode;

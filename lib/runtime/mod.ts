@@ -39,7 +39,8 @@ export {
   type ReconcileFn,
   type ReconcileResult,
 } from "./controller.ts";
-export { EventRecorder, type EventSpec } from "./events.ts";
+export { EventRecorder, type EventRecorderOptions, type EventSpec } from "./events.ts";
+export { TerminatingNamespaces } from "./namespaces.ts";
 export {
   errorText,
   log,

@@ -24,9 +24,18 @@
  *   compacted away: relist (once, immediately), then watch from the new list's resourceVersion. A
  *   second 410 in a row without progress goes through backoff, so there is never a tight loop.
  * - Watches ask for bookmarks and a server timeout drawn between 5 and 10 min (client-go's
- *   `minWatchTimeout` × [1, 2)). A stream that delivers no byte for `idleTimeoutMs` (response
- *   headers included) is closed and resumed from the last resourceVersion, on a new connection:
- *   a stalled connection never leaves the cache deaf.
+ *   `minWatchTimeout` × [1, 2)). kube-apiserver sends a watcher that allows bookmarks one about
+ *   every minute ({@link APISERVER_BOOKMARK_INTERVAL_MS}), so a stream that delivers no byte for
+ *   `idleTimeoutMs` (default {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS}: a missed bookmark plus the
+ *   apiserver's own margin; response headers included) is on a dead connection: it is closed
+ *   and resumed from the last resourceVersion on a new connection, and the informer is deaf
+ *   ({@link Reflector.deaf}, which /readyz reports) until a watch is accepted again.
+ * - The watch's health is tied to the connection's (see the client's ConnectionHealth): when the
+ *   path to the apiserver recovers after failures, a watch that has received nothing since the
+ *   failures began is ended by the client ({@link WatchRestartError} `stalled`) and resumed at
+ *   once, and a reflector waiting in backoff tries again at once; a change of the CA or client
+ *   certificate files ends watches too (`credentials`), to reconnect with the new material. Such
+ *   restarts, like idle ones, cost no backoff, no relist and no store event.
  * - Every watch, after whatever failure, resumes from the resourceVersion of the last event it
  *   applied (bookmarks included), so no event is applied twice.
  * - WatchList (`useWatchList`): once the initial events are applied (the `initial-events-end`
@@ -36,18 +45,21 @@
  *   Only a 410 Gone, or a failure before the initial events are complete, syncs again.
  * - A stream that ends within {@link VERY_SHORT_WATCH_MS} without any event counts as a failure
  *   (backoff), so a server or proxy that closes streams at once causes no reconnect burst.
- * - Failures back off 800 ms doubling to 30 s with full jitter, reset after 2 min of health, and
- *   at most one watch per reflector is open at any time.
- * - {@link Reflector.failingSinceMs} is when the current run of failed attempts began; a list
- *   applied, a watch event (bookmarks included) or a watch open for {@link VERY_SHORT_WATCH_MS}
- *   ends the run. Readiness uses it to tell a stale cache from a blip.
+ * - Failures back off 800 ms doubling (jitter up to +100 %, at the cap too: see backoff.ts) to
+ *   30 s, and at most one watch per reflector is open at any time. A success resets the backoff
+ *   (and after 2 min without failures, client-go's rule): a list applied, or a watch that the
+ *   apiserver accepted and that then delivered data (an event or a bookmark) or stayed open for
+ *   {@link VERY_SHORT_WATCH_MS}. So on a link that drops every connection every few seconds each
+ *   watch is resumed within about a second of the drop, instead of waiting at the cap.
+ * - {@link Reflector.failingSinceMs} is when the current run of failed attempts began; a success
+ *   (as above) ends the run. Readiness uses it to tell a stale cache from a blip.
  *
  * @module
  */
 import type { KubeClient, KubeObject } from "../kube/client.ts";
 import { isGone } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
-import { WatchIdleError } from "../kube/watch.ts";
+import { WatchIdleError, WatchRestartError } from "../kube/watch.ts";
 import {
   Backoff,
   REFLECTOR_BACKOFF_INITIAL_MS,
@@ -59,8 +71,25 @@ import type { Store } from "./store.ts";
 
 /** Lower bound of the server-side watch timeout (s); client-go minWatchTimeout, 5 min. */
 export const MIN_WATCH_TIMEOUT_SECONDS = 300;
-/** Default client idle bound (ms): bookmarks arrive about every minute, so 3 min of silence is a stall. */
-export const DEFAULT_WATCH_IDLE_TIMEOUT_MS = 180_000;
+/**
+ * How often kube-apiserver sends a BOOKMARK to a watcher that allows them (ms): about every
+ * minute. Source: kube-apiserver 1.36, `staging/src/k8s.io/apiserver/pkg/storage/cacher`:
+ * `defaultBookmarkFrequency = time.Minute` (cacher.go); `cacheWatcher.nextBookmarkTime` schedules
+ * the next one a frequency after the last (or 2 s before the watch's deadline, if sooner), in
+ * one-second buckets that `dispatchEvents` pops every second ± 25 % (cache_watcher.go,
+ * cacher.go). A quiet watch thus gets its first bookmark about 60 s after it starts and one about
+ * every 60–62 s after that. Watches served from the watch cache get them (the default for every
+ * built-in resource and CRD); with `--watch-cache=false` there are none, and a quiet watch is
+ * reconnected every idle bound (one request).
+ */
+export const APISERVER_BOOKMARK_INTERVAL_MS = 60_000;
+/**
+ * Default client idle bound (ms): 75 s, one bookmark interval plus 15 s — the margin
+ * kube-apiserver itself allows around its bookmarks (`DefaultEventFreshDuration =
+ * defaultBookmarkFrequency + 15 s`, cacher.go). A watch silent that long has missed a bookmark:
+ * its connection is dead. (It was 3 min, which left a stalled watch deaf for up to 3 min.)
+ */
+export const DEFAULT_WATCH_IDLE_TIMEOUT_MS = APISERVER_BOOKMARK_INTERVAL_MS + 15_000;
 /** Default page size of the initial list; client-go pager default 500. */
 export const DEFAULT_LIST_PAGE_SIZE = 500;
 /** A watch ending sooner than this (ms) without any event backs off; client-go reflector, 1 s. */
@@ -89,6 +118,12 @@ export type ReflectorEvent =
   | { type: "watchEnded"; resourceVersion: string; events: number }
   | { type: "relist"; reason: "gone"; resourceVersion: string }
   | { type: "idle"; resourceVersion: string; idleMs: number }
+  | {
+    type: "restart";
+    why: WatchRestartError["why"];
+    resourceVersion: string;
+    detail: string;
+  }
   | { type: "error"; phase: "list" | "watch"; error: unknown; retryInMs: number };
 
 /** Options of {@link Reflector}. */
@@ -141,6 +176,8 @@ export class Reflector<T extends KubeObject> {
   #lastError?: string;
   #failingSinceMs?: number;
   #failedAttempts = 0;
+  #deaf?: { sinceMs: number; reason: string };
+  #backoff: Backoff;
   /**
    * resourceVersion of the last event (bookmarks included) the current or last plain watch
    * applied. A watch that fails (idle, network, 5xx) resumes from here, not from where it began:
@@ -157,6 +194,13 @@ export class Reflector<T extends KubeObject> {
     this.#o = o;
     this.#clock = o.clock ?? realClock;
     this.#random = o.random ?? Math.random;
+    this.#backoff = new Backoff({
+      initialMs: REFLECTOR_BACKOFF_INITIAL_MS,
+      maxMs: REFLECTOR_BACKOFF_MAX_MS,
+      resetAfterMs: REFLECTOR_BACKOFF_RESET_MS,
+      random: this.#random,
+      now: () => this.#clock.now(),
+    });
   }
 
   /** Current state. */
@@ -181,6 +225,16 @@ export class Reflector<T extends KubeObject> {
   /** Failed list or watch attempts since the last success (0 while healthy). */
   get failedAttempts(): number {
     return this.#failedAttempts;
+  }
+
+  /**
+   * Set while the informer is known not to hear the apiserver: its watch missed the bookmark
+   * cadence (no byte for the idle bound), or was ended because its connection was found dead.
+   * `sinceMs` is clock time; cleared when a watch is accepted again (response headers) or a list
+   * is applied.
+   */
+  get deaf(): { sinceMs: number; reason: string } | undefined {
+    return this.#deaf;
   }
 
   /** True once the first list (or WatchList initial events) has been applied to the store. */
@@ -209,6 +263,11 @@ export class Reflector<T extends KubeObject> {
     this.#failingSinceMs = undefined;
     this.#failedAttempts = 0;
     this.#lastError = undefined;
+    this.#backoff.reset();
+  }
+
+  #markDeaf(reason: string): void {
+    this.#deaf ??= { sinceMs: this.#clock.now(), reason };
   }
 
   #markSynced(): void {
@@ -234,6 +293,7 @@ export class Reflector<T extends KubeObject> {
     });
     const diff = o.store.replace(res.items);
     this.#succeeded();
+    this.#deaf = undefined;
     this.#markSynced();
     this.#emit({
       type: "listed",
@@ -273,8 +333,13 @@ export class Reflector<T extends KubeObject> {
     this.#watchRv = initial ? "" : rv;
     if (this.#openWatches > 0) throw new Error("reflector: a watch is already open");
     this.#openWatches++;
-    // A stream that has not failed for this long is healthy, even before its first event.
-    const openTimer = this.#clock.setTimer(() => this.#succeeded(), VERY_SHORT_WATCH_MS);
+    // A stream that the apiserver accepted and that has not failed for this long is healthy,
+    // even before its first event.
+    let openTimer: unknown;
+    const onOpen = () => {
+      this.#deaf = undefined;
+      openTimer = this.#clock.setTimer(() => this.#succeeded(), VERY_SHORT_WATCH_MS);
+    };
     try {
       for await (
         const batch of o.client.watchBatches<T>(o.resource, {
@@ -287,6 +352,7 @@ export class Reflector<T extends KubeObject> {
           idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
           sendInitialEvents: initial || undefined,
           resourceVersionMatch: initial ? "NotOlderThan" : undefined,
+          onOpen,
           signal,
         })
       ) {
@@ -336,7 +402,7 @@ export class Reflector<T extends KubeObject> {
         this.#state = { phase: "watching", resourceVersion: rv };
       }
     } finally {
-      this.#clock.clearTimer(openTimer);
+      if (openTimer !== undefined) this.#clock.clearTimer(openTimer);
       this.#openWatches--;
     }
     return { rv, events, synced: !collected };
@@ -347,13 +413,7 @@ export class Reflector<T extends KubeObject> {
    * `error` events and retried with backoff); resolves when stopped.
    */
   async run(signal: AbortSignal): Promise<void> {
-    const backoff = new Backoff({
-      initialMs: REFLECTOR_BACKOFF_INITIAL_MS,
-      maxMs: REFLECTOR_BACKOFF_MAX_MS,
-      resetAfterMs: REFLECTOR_BACKOFF_RESET_MS,
-      random: this.#random,
-      now: () => this.#clock.now(),
-    });
+    const backoff = this.#backoff;
     let rv = "";
     let needList = true;
     let goneInARow = 0;
@@ -422,7 +482,15 @@ export class Reflector<T extends KubeObject> {
           this.#emit({ type: "relist", reason: "gone", resourceVersion: rv });
           if (goneInARow === 1) continue;
         } else if (err instanceof WatchIdleError) {
+          this.#markDeaf(
+            `no byte for ${Math.round(err.idleMs / 1000)} s: missed the apiserver's bookmarks ` +
+              `(sent about every ${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`,
+          );
           this.#emit({ type: "idle", resourceVersion: rv, idleMs: err.idleMs });
+          continue;
+        } else if (err instanceof WatchRestartError) {
+          if (err.why === "stalled") this.#markDeaf(err.message);
+          this.#emit({ type: "restart", why: err.why, resourceVersion: rv, detail: err.message });
           continue;
         }
         const delayMs = backoff.next();
@@ -431,10 +499,15 @@ export class Reflector<T extends KubeObject> {
         this.#failedAttempts++;
         this.#state = { phase: "backoff", delayMs, error: this.#lastError };
         this.#emit({ type: "error", phase, error: err, retryInMs: delayMs });
+        // The path to the apiserver recovering (another request got through) ends the wait.
+        const woken = new AbortController();
+        const unsubscribe = this.#o.client.health?.onRecovered(() => woken.abort());
         try {
-          await sleepOn(this.#clock, delayMs, signal);
+          await sleepOn(this.#clock, delayMs, AbortSignal.any([signal, woken.signal]));
         } catch {
-          break;
+          if (signal.aborted) break;
+        } finally {
+          unsubscribe?.();
         }
       }
     }

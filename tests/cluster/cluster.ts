@@ -488,11 +488,6 @@ const CLIENT_CERTS: ReadonlyArray<readonly [string, string]> = [
  * ServiceAccount key pair, all made with the openssl CLI into `pki`.
  */
 async function makePki(pki: string): Promise<void> {
-  const cnf = join(pki, "openssl.cnf");
-  await Deno.writeTextFile(cnf, OPENSSL_CONFIG);
-  const ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-  const caKey = join(pki, "ca.key");
-  const caCrt = join(pki, "ca.crt");
   const saKey = join(pki, "sa.key");
   const serviceAccountKeys = (async () => {
     await openssl([
@@ -506,26 +501,86 @@ async function makePki(pki: string): Promise<void> {
     ]);
     await openssl(["pkey", "-in", saKey, "-pubout", "-out", join(pki, "sa.pub")]);
   })();
-  await openssl([
-    "req",
-    "-x509",
-    "-new",
-    "-config",
-    cnf,
-    "-extensions",
-    "ca",
-    ...ecKey,
-    "-keyout",
-    caKey,
-    "-out",
-    caCrt,
-    "-days",
-    String(CERT_VALIDITY_DAYS * 10),
-    "-subj",
-    "/CN=appservice-local-ca",
+  const ca = await issueCertificate({
+    dir: pki,
+    stem: "ca",
+    subject: "/CN=appservice-local-ca",
+    kind: "ca",
+    days: CERT_VALIDITY_DAYS * 10,
+  });
+  await Promise.all([
+    serviceAccountKeys,
+    issueCertificate({
+      dir: pki,
+      stem: "apiserver",
+      subject: "/CN=kube-apiserver",
+      kind: "server",
+      ca,
+    }),
+    ...CLIENT_CERTS.map(([stem, subject]) =>
+      issueCertificate({ dir: pki, stem, subject, kind: "client", ca })
+    ),
   ]);
-  const leaf = async (stem: string, subject: string, extensions: "server" | "client") => {
-    const csr = join(pki, `${stem}.csr`);
+}
+
+/** Options of {@linkcode issueCertificate}. */
+export interface IssueCertificateOptions {
+  /** Folder of the files (`<stem>.crt`, `<stem>.key`, and `openssl.cnf` when absent). */
+  dir: string;
+  stem: string;
+  /** openssl `-subj`, e.g. `/O=system:masters/CN=admin`. */
+  subject: string;
+  /**
+   * `ca`: self-signed CA; `server`: serving certificate for localhost, 127.0.0.1, ::1 and the
+   * `kubernetes` Service names; `client`: client authentication.
+   */
+  kind: "ca" | "server" | "client";
+  /** The issuing CA (PEM files); required unless `kind` is `ca`. */
+  ca?: { certFile: string; keyFile: string };
+  /** Validity in days; default {@linkcode CERT_VALIDITY_DAYS}. */
+  days?: number;
+}
+
+/**
+ * Makes an ECDSA P-256 key and certificate with the openssl CLI: `<dir>/<stem>.key` (mode 0600)
+ * and `<dir>/<stem>.crt`. Used for the cluster's PKI and by tests that rotate certificates.
+ * @throws Error when openssl is missing or fails.
+ */
+export async function issueCertificate(
+  o: IssueCertificateOptions,
+): Promise<{ certFile: string; keyFile: string }> {
+  const cnf = join(o.dir, "openssl.cnf");
+  try {
+    await Deno.writeTextFile(cnf, OPENSSL_CONFIG, { createNew: true });
+  } catch (err) {
+    if (!(err instanceof Deno.errors.AlreadyExists)) throw err;
+  }
+  const ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+  const keyFile = join(o.dir, `${o.stem}.key`);
+  const certFile = join(o.dir, `${o.stem}.crt`);
+  const days = String(o.days ?? CERT_VALIDITY_DAYS);
+  if (o.kind === "ca") {
+    await openssl([
+      "req",
+      "-x509",
+      "-new",
+      "-config",
+      cnf,
+      "-extensions",
+      "ca",
+      ...ecKey,
+      "-keyout",
+      keyFile,
+      "-out",
+      certFile,
+      "-days",
+      days,
+      "-subj",
+      o.subject,
+    ]);
+  } else {
+    if (!o.ca) throw new Error(`issueCertificate ${o.stem}: a ${o.kind} certificate needs a CA`);
+    const csr = join(o.dir, `${o.stem}.csr`);
     await openssl([
       "req",
       "-new",
@@ -533,11 +588,11 @@ async function makePki(pki: string): Promise<void> {
       cnf,
       ...ecKey,
       "-keyout",
-      join(pki, `${stem}.key`),
+      keyFile,
       "-out",
       csr,
       "-subj",
-      subject,
+      o.subject,
     ]);
     await openssl([
       "x509",
@@ -545,30 +600,24 @@ async function makePki(pki: string): Promise<void> {
       "-in",
       csr,
       "-CA",
-      caCrt,
+      o.ca.certFile,
       "-CAkey",
-      caKey,
+      o.ca.keyFile,
       "-set_serial",
       randomSerial(),
       "-days",
-      String(CERT_VALIDITY_DAYS),
+      days,
       "-extfile",
       cnf,
       "-extensions",
-      extensions,
+      o.kind,
       "-out",
-      join(pki, `${stem}.crt`),
+      certFile,
     ]);
     await Deno.remove(csr);
-  };
-  await Promise.all([
-    serviceAccountKeys,
-    leaf("apiserver", "/CN=kube-apiserver", "server"),
-    ...CLIENT_CERTS.map(([stem, subject]) => leaf(stem, subject, "client")),
-  ]);
-  for await (const entry of Deno.readDir(pki)) {
-    if (entry.name.endsWith(".key")) await Deno.chmod(join(pki, entry.name), 0o600);
   }
+  await Deno.chmod(keyFile, 0o600);
+  return { certFile, keyFile };
 }
 
 function randomSerial(): string {

@@ -20,6 +20,8 @@ export interface AuditEvent {
     name?: string;
   };
   responseStatus?: { code?: number };
+  /** e.g. `authorization.k8s.io/decision`: `allow` or `forbid`. */
+  annotations?: Record<string, string>;
   stageTimestamp: string;
 }
 

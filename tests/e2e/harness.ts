@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { parse as parseYaml } from "yaml";
+import { parse as parseYaml, stringify } from "yaml";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { loadClusterConfig } from "../../lib/kube/config.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
@@ -142,6 +142,27 @@ export function appService(ns: string, name: string, spec: Record<string, unknow
 /** The permission flags of `deno task start` (the same list the binary is compiled with). */
 export const startPermissionFlags = startFlags;
 
+/**
+ * Writes a copy of the admin kubeconfig to `${dir}/kubeconfig.yaml` with `server` as every
+ * cluster's server (e.g. a proxy's or a second apiserver's URL) and `edit` applied to the parsed
+ * document; returns the file's path.
+ */
+export async function kubeconfigFor(
+  server: string,
+  dir: string,
+  // deno-lint-ignore no-explicit-any
+  edit: (cfg: any) => void = () => {},
+): Promise<string> {
+  const info = await cluster();
+  // deno-lint-ignore no-explicit-any
+  const cfg = parseYaml(await Deno.readTextFile(info.kubeconfig)) as any;
+  for (const cl of cfg.clusters) cl.cluster.server = server;
+  edit(cfg);
+  const file = `${dir}/kubeconfig.yaml`;
+  await Deno.writeTextFile(file, stringify(cfg));
+  return file;
+}
+
 /** Picks a free loopback TCP port. */
 export function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -163,6 +184,8 @@ export interface Operator {
   waitReady(timeoutMs?: number): Promise<void>;
   /** GET /metrics text (plain HTTP: the harness's default `--metrics-secure=false`). */
   metrics(): Promise<string>;
+  /** GET /readyz: status and body. */
+  readyz(): Promise<{ status: number; body: string }>;
   /** Sends a signal and waits for exit; returns the exit code. */
   stop(signal?: Deno.Signal, timeoutMs?: number): Promise<number>;
   /** Resolves with the exit code when the process ends by itself. */
@@ -247,6 +270,10 @@ export async function startOperator(
     async metrics() {
       const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
       return await r.text();
+    },
+    async readyz() {
+      const r = await fetch(`http://127.0.0.1:${healthPort}/readyz`);
+      return { status: r.status, body: await r.text() };
     },
     stop: (sig: Deno.Signal = "SIGTERM", timeoutMs = 45_000) =>
       stopChild(child, status, sig, timeoutMs),

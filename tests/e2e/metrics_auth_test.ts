@@ -36,13 +36,12 @@ import {
   waitFor,
 } from "./harness.ts";
 import { auditEvents } from "./audit.ts";
-import { CLUSTER_ROLES, mintToken, rt } from "./resources.ts";
+import { CLUSTER_ROLES, mintToken, rt, writeTokenKubeconfig } from "./resources.ts";
 import {
   bindMetricsReader,
   createServiceAccounts,
   scrape,
   servedCertificate,
-  tokenKubeconfig,
 } from "./secure_metrics.ts";
 
 const SECRETS = rt("v1", "Secret", "secrets", true);
@@ -456,10 +455,10 @@ Deno.test("secure /metrics: an operator that may not create TokenReviews answers
   const dir = await Deno.makeTempDir({ prefix: "metrics-norbac-" });
   // An operator running as a ServiceAccount with no permission at all: never ready, but its
   // /metrics listens (on every replica, ready or not) and cannot ask the apiserver.
-  const kubeconfig = await tokenKubeconfig(
-    `${dir}/kubeconfig`,
-    await mintToken(c, ns, "operator", 3600),
-  );
+  const info = await cluster();
+  const kubeconfig = `${dir}/kubeconfig`;
+  const token = await mintToken(c, ns, "operator", 3600);
+  await writeTokenKubeconfig(kubeconfig, info.server, info.caCertFile, token, ns);
   const op = await startOperator([`--kubeconfig=${kubeconfig}`, "--metrics-secure"]);
   let tls: Deno.HttpClient | undefined;
   try {

@@ -12,6 +12,11 @@
  *   open (a stalled stream: no FIN, no RST); new connections are accepted and stalled as well.
  *   {@link TcpProxy.resume} forwards NEW connections again; connections stalled before stay stuck
  *   until {@link TcpProxy.close}, which is what a half-dead middlebox does.
+ * - {@link TcpProxy.retarget}: new connections go to another port on 127.0.0.1 (a load balancer
+ *   moving to another apiserver).
+ * - {@link TcpProxy.flap}: a flapping link: every `periodMs` every live connection is cut and new
+ *   ones are refused for `downMs`, then forwarded again, until {@link TcpProxy.stopFlapping} (or
+ *   close).
  *
  * Every address is 127.0.0.1; the proxy never dials anything else. {@link TcpProxy.close} ends
  * the listener, every connection and every pump, so test sanitizers see nothing left behind.
@@ -41,7 +46,7 @@ const MAX_PUMP_ITERATIONS = 10_000_000;
 export class TcpProxy {
   /** The port the proxy listens on (127.0.0.1). */
   readonly port: number;
-  readonly #targetPort: number;
+  #targetPort: number;
   readonly #listener: Deno.TcpListener;
   #mode: ProxyMode = "forward";
   #conns = new Map<number, Conn>();
@@ -49,8 +54,12 @@ export class TcpProxy {
   #tasks = new Set<Promise<void>>();
   #acceptLoop: Promise<void>;
   #closed = false;
+  #flapTimer?: ReturnType<typeof setInterval>;
+  #flapResume?: ReturnType<typeof setTimeout>;
   /** Connections accepted so far, whatever happened to them. */
   accepted = 0;
+  /** Cuts made by {@link flap} so far. */
+  flaps = 0;
 
   private constructor(targetPort: number) {
     this.#targetPort = targetPort;
@@ -96,6 +105,17 @@ export class TcpProxy {
     return n;
   }
 
+  /**
+   * Forwards new connections to `127.0.0.1:targetPort` from now on (live ones stay where they
+   * are): a load balancer moving to another apiserver.
+   */
+  retarget(targetPort: number): void {
+    if (!Number.isInteger(targetPort) || targetPort <= 0) {
+      throw new Error(`TcpProxy: bad target ${targetPort}`);
+    }
+    this.#targetPort = targetPort;
+  }
+
   /** Closes every live connection; refuses (accepts and closes) new ones until resume(). */
   cut(): void {
     this.#mode = "cut";
@@ -113,9 +133,34 @@ export class TcpProxy {
     this.#mode = "forward";
   }
 
+  /**
+   * A flapping link: every `periodMs` (ms) cut every connection and refuse new ones for `downMs`
+   * (ms), then forward again. Runs until {@link stopFlapping} or {@link close}.
+   */
+  flap(periodMs: number, downMs: number): void {
+    if (!(downMs > 0 && periodMs > downMs)) throw new Error("flap: need 0 < downMs < periodMs");
+    this.stopFlapping();
+    this.#flapTimer = setInterval(() => {
+      this.flaps++;
+      this.cut();
+      clearTimeout(this.#flapResume);
+      this.#flapResume = setTimeout(() => this.resume(), downMs);
+    }, periodMs);
+  }
+
+  /** Ends {@link flap}: connections are forwarded again and no more cuts follow. */
+  stopFlapping(): void {
+    clearInterval(this.#flapTimer);
+    clearTimeout(this.#flapResume);
+    this.#flapTimer = undefined;
+    this.#flapResume = undefined;
+    if (this.#mode === "cut") this.resume();
+  }
+
   /** Closes the listener and every connection, and waits for every pump to end. */
   async close(): Promise<void> {
     if (this.#closed) return;
+    this.stopFlapping();
     this.#closed = true;
     try {
       this.#listener.close();

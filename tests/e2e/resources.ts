@@ -4,8 +4,9 @@
  *
  * @module
  */
+import { parseAllDocuments, stringify } from "yaml";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
-import type { ResourceType } from "../../lib/kube/resources.ts";
+import { NAMESPACES, type ResourceType } from "../../lib/kube/resources.ts";
 
 /** A ResourceType from its group/version, kind, plural and scope. */
 export const rt = (apiVersion: string, kind: string, plural: string, namespaced: boolean) =>
@@ -57,4 +58,74 @@ export async function mintToken(
   const token = tr.status?.token;
   if (!token) throw new Error(`no token minted for ${ns}/${sa}`);
   return token;
+}
+
+/** One rule of a Role or ClusterRole. */
+export interface Rule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: string[];
+}
+
+/** deploy/'s objects that grant the operator its identity and permissions, by kind. */
+const DEPLOY_RBAC_KINDS: Record<string, ResourceType> = {
+  Namespace: NAMESPACES,
+  ServiceAccount: SERVICE_ACCOUNTS,
+  ClusterRole: CLUSTER_ROLES,
+  ClusterRoleBinding: CLUSTER_ROLE_BINDINGS,
+  Role: ROLES,
+  RoleBinding: ROLE_BINDINGS,
+};
+
+/**
+ * Applies deploy/'s Namespace, ServiceAccount and RBAC objects (namespace.yaml,
+ * serviceaccount.yaml, rbac.yaml) with server-side apply (field manager `appservice-e2e`,
+ * forced), as `kubectl apply -k deploy/` would create them; returns them as parsed.
+ * @param repo the repository root
+ */
+export async function applyDeployRbac(
+  c: KubeClient,
+  repo: string,
+): Promise<(KubeObject & { rules?: Rule[] })[]> {
+  const out: (KubeObject & { rules?: Rule[] })[] = [];
+  for (const f of ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"]) {
+    const text = await Deno.readTextFile(`${repo}/deploy/${f}`);
+    for (const doc of parseAllDocuments(text)) {
+      const o = doc.toJS() as KubeObject;
+      if (o?.kind && DEPLOY_RBAC_KINDS[o.kind]) out.push(o);
+    }
+  }
+  for (const o of out) {
+    await c.patch(DEPLOY_RBAC_KINDS[o.kind!], o.metadata!.name!, o, {
+      namespace: o.metadata!.namespace,
+      type: "apply",
+      fieldManager: "appservice-e2e",
+      force: true,
+    });
+  }
+  return out;
+}
+
+/**
+ * Writes a kubeconfig at `path` that authenticates to `server` (trusting the PEM file `caFile`)
+ * with a bearer `token` only, its context in `namespace`: what a ServiceAccount's client sees.
+ */
+export async function writeTokenKubeconfig(
+  path: string,
+  server: string,
+  caFile: string,
+  token: string,
+  namespace: string,
+): Promise<void> {
+  await Deno.writeTextFile(
+    path,
+    stringify({
+      apiVersion: "v1",
+      kind: "Config",
+      "current-context": "sa",
+      clusters: [{ name: "local", cluster: { server, "certificate-authority": caFile } }],
+      users: [{ name: "sa", user: { token } }],
+      contexts: [{ name: "sa", context: { cluster: "local", user: "sa", namespace } }],
+    }),
+  );
 }

@@ -6,9 +6,9 @@
  *
  * @module
  */
-import { parse as parseYaml, stringify } from "yaml";
+import { parse as parseYaml } from "yaml";
 import type { KubeObject } from "../../lib/kube/client.ts";
-import { admin, cluster, REPO } from "./harness.ts";
+import { admin, REPO } from "./harness.ts";
 import { CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, RBAC, SERVICE_ACCOUNTS } from "./resources.ts";
 
 /** The first certificate (PEM) the TLS server on 127.0.0.1:`port` presents. */
@@ -99,24 +99,4 @@ export async function bindMetricsReader(
   return async () => {
     await c.delete(CLUSTER_ROLE_BINDINGS, binding).catch(() => {});
   };
-}
-
-/** Writes a kubeconfig for the test cluster authenticating with `token` to `path`; returns it. */
-export async function tokenKubeconfig(path: string, token: string): Promise<string> {
-  const info = await cluster();
-  await Deno.writeTextFile(
-    path,
-    stringify({
-      apiVersion: "v1",
-      kind: "Config",
-      "current-context": "t",
-      clusters: [{
-        name: "c",
-        cluster: { server: info.server, "certificate-authority": info.caCertFile },
-      }],
-      users: [{ name: "u", user: { token } }],
-      contexts: [{ name: "t", context: { cluster: "c", user: "u" } }],
-    }),
-  );
-  return path;
 }

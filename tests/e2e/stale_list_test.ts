@@ -15,22 +15,20 @@
  * apiserver, the operators, the proxy).
  */
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
-import { parse as parseYaml, stringify } from "yaml";
 import { assert, assertEquals } from "../assert.ts";
-import { KubeClient } from "../../lib/kube/client.ts";
-import { loadClusterConfig } from "../../lib/kube/config.ts";
+import type { KubeClient } from "../../lib/kube/client.ts";
 import { PODS, type ResourceType } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES } from "../../lib/appservice/schema.ts";
 import { isPodReady } from "../../lib/appservice/pods.ts";
-import type { ClusterInfo } from "../cluster/cluster.ts";
+import { type SecondApiserver, startSecondApiserver } from "./apiserver2.ts";
 import {
   admin,
   appService,
   cluster,
   dropNamespace,
-  freePort,
   getAs,
   installCrd,
+  kubeconfigFor,
   newNamespace,
   type Operator,
   startOperator,
@@ -39,92 +37,6 @@ import {
 import { TcpProxy } from "./proxy.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
-
-/** A second kube-apiserver of the test cluster, and a client for it. */
-interface SecondApiserver {
-  server: string;
-  client: KubeClient;
-  stop(): Promise<void>;
-}
-
-/**
- * Starts a second kube-apiserver with the test cluster's flags on another port, without audit
- * log, talking to etcd through `etcdProxy` except for the resources in `direct` (per-resource
- * `--etcd-servers-overrides` to etcd itself). Resolves once it serves AppServices.
- */
-async function startSecondApiserver(
-  info: ClusterInfo,
-  etcdProxy: TcpProxy,
-  direct: string[],
-  logFile: string,
-): Promise<SecondApiserver> {
-  const port = freePort();
-  const args = info.apiserverArgs.slice(1)
-    .filter((a) => !a.startsWith("--audit-"))
-    .map((a) =>
-      a.startsWith("--etcd-servers=")
-        ? `--etcd-servers=http://127.0.0.1:${etcdProxy.port}`
-        : a.startsWith("--secure-port=")
-        ? `--secure-port=${port}`
-        : a
-    );
-  args.push(`--etcd-servers-overrides=${direct.map((r) => `${r}#${info.etcdEndpoint}`).join(",")}`);
-  // A read it cannot serve (etcd stalled) fails after 5 s (504) instead of the default 60 s.
-  args.push("--request-timeout=5s");
-  const log = await Deno.open(logFile, { write: true, create: true, truncate: true });
-  const child = new Deno.Command(info.apiserverArgs[0], {
-    args,
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const logged = child.stderr.pipeTo(log.writable).catch(() => {});
-  const server = `https://127.0.0.1:${port}`;
-  const client = new KubeClient(
-    { ...loadClusterConfig({ kubeconfig: info.kubeconfig }), server },
-    { userAgent: "stale-list-e2e", requestTimeoutMs: 5_000, maxRetries: 0 },
-  );
-  const stop = async () => {
-    client.close();
-    try {
-      child.kill("SIGTERM");
-    } catch { /* gone */ }
-    const timer = setTimeout(() => {
-      try {
-        child.kill("SIGKILL");
-      } catch { /* gone */ }
-    }, 15_000);
-    await child.status;
-    clearTimeout(timer);
-    await logged;
-  };
-  try {
-    await waitFor(
-      "the second apiserver serves AppServices",
-      async () => {
-        await client.list(AS, { limit: 1 });
-        return true;
-      },
-      90_000,
-      500,
-    );
-  } catch (err) {
-    await stop();
-    throw err;
-  }
-  return { server, client, stop };
-}
-
-/** A copy of the admin kubeconfig pointing at `server`. */
-async function kubeconfigFor(server: string, dir: string): Promise<string> {
-  const info = await cluster();
-  // deno-lint-ignore no-explicit-any
-  const cfg = parseYaml(await Deno.readTextFile(info.kubeconfig)) as any;
-  for (const cl of cfg.clusters) cl.cluster.server = server;
-  const file = `${dir}/kubeconfig.yaml`;
-  await Deno.writeTextFile(file, stringify(cfg));
-  return file;
-}
 
 async function podsOf(c: KubeClient, ns: string, name: string): Promise<Pod[]> {
   const l = await c.list<Pod>(PODS, {
@@ -180,12 +92,19 @@ async function withLaggingApiserver(prefix: string, fn: (l: Lagging) => Promise<
   const ops: Operator[] = [];
   let second: SecondApiserver | undefined;
   try {
-    second = await startSecondApiserver(
-      info,
-      etcdProxy,
-      ["/pods", "/services", "/events", "events.k8s.io/events", "coordination.k8s.io/leases"],
-      `${dir}/kube-apiserver-2.log`,
-    );
+    second = await startSecondApiserver(info, {
+      etcdServers: `http://127.0.0.1:${etcdProxy.port}`,
+      direct: [
+        "/pods",
+        "/services",
+        "/events",
+        "events.k8s.io/events",
+        "coordination.k8s.io/leases",
+      ],
+      logFile: `${dir}/kube-apiserver-2.log`,
+      // A read it cannot serve (etcd stalled) fails after 5 s (504) instead of the default 60 s.
+      extraArgs: ["--request-timeout=5s"],
+    });
     const kubeconfig = await kubeconfigFor(second.server, dir);
     await fn({ ns, c: await admin(), c2: second.client, kubeconfig, etcdProxy, ops });
   } finally {

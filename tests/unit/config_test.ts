@@ -57,7 +57,13 @@ Deno.test("config: token, client certificate data, files relative to the kubecon
       kubeconfig({ user: { "client-certificate": "c.crt", "client-key": "c.key" } }),
     );
     const b = loadClusterConfig({ kubeconfig: `${dir}/b.yaml`, env: noEnv });
-    assertEquals(b.auth, { kind: "clientCertificate", certPem: CERT, keyPem: KEY });
+    assertEquals(b.auth, {
+      kind: "clientCertificate",
+      certPem: CERT,
+      keyPem: KEY,
+      certFile: `${dir}/c.crt`,
+      keyFile: `${dir}/c.key`,
+    });
     assertEquals(b.namespace, "default");
   });
 });

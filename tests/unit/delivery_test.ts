@@ -11,26 +11,88 @@ const REPO = new URL("../../", import.meta.url).pathname;
 const read = (p: string) => Deno.readTextFileSync(`${REPO}${p}`);
 const denoVersion = /DENO_VERSION=([0-9.]+)/.exec(read("scripts/ensure-deno.sh"))![1];
 
-Deno.test("Dockerfile: multi-stage, pinned bases, distroless nonroot, binary entrypoint", () => {
-  const lines = read("Dockerfile").split("\n").map((l) => l.trim()).filter((l) =>
-    l && !l.startsWith("#")
-  );
-  const froms = lines.filter((l) => l.startsWith("FROM "));
-  assertEquals(froms.length, 2, froms.join("\n"));
-  assertEquals(froms[0], `FROM denoland/deno:debian-${denoVersion} AS build`);
-  assertEquals(froms[1], "FROM gcr.io/distroless/cc-debian12:nonroot");
-  const final = lines.slice(lines.indexOf(froms[1]));
-  assert(final.includes("USER 65532:65532"), "final stage must run as 65532");
-  assert(!final.some((l) => l.startsWith("RUN ")), "no RUN in the final stage (no shell there)");
-  assertEquals(final.filter((l) => l.startsWith("ENTRYPOINT")), [
-    'ENTRYPOINT ["/appservice-operator"]',
+/** A Dockerfile's stages: the FROM line's image and name, and the instructions after it. */
+function stages(text: string): { from: string; name?: string; lines: string[] }[] {
+  const lines = text.split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
+  const out: { from: string; name?: string; lines: string[] }[] = [];
+  for (const l of lines) {
+    const m = /^FROM (\S+)(?: AS (\S+))?$/.exec(l);
+    if (m) out.push({ from: m[1], name: m[2], lines: [] });
+    else out.at(-1)?.lines.push(l);
+  }
+  return out;
+}
+
+const dockerfile = () => read("Dockerfile");
+
+Deno.test("Dockerfile: base images are build arguments with pinned defaults", () => {
+  const args = dockerfile().split("\n").filter((l) => l.startsWith("ARG "));
+  assertEquals(args, [
+    `ARG DENO_IMAGE=denoland/deno:debian-${denoVersion}`,
+    "ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot",
   ]);
-  assert(
-    lines.some((l) => /^RUN deno task compile\b/.test(l)),
-    "the image compiles with deno task compile",
-  );
+  const st = stages(dockerfile());
+  assertEquals(st.map((s) => [s.from, s.name]), [
+    ["${DENO_IMAGE}", "build"],
+    ["${DENO_IMAGE}", "deps"],
+    ["${RUNTIME_IMAGE}", "deno-run"],
+    ["${RUNTIME_IMAGE}", undefined],
+  ]);
   const ignore = read(".dockerignore");
   assert(ignore.startsWith("#") && ignore.includes("\n*\n"), ".dockerignore excludes by default");
+  assert(ignore.includes("\n!scripts/image_app.ts\n"), "the deps stage's script is in the context");
+});
+
+Deno.test("Dockerfile: both final stages are nonroot, shell-free, read-only, same ports", () => {
+  const st = stages(dockerfile());
+  for (const s of st.filter((s) => s.from === "${RUNTIME_IMAGE}")) {
+    const what = s.name ?? "default target";
+    assert(s.lines.includes("USER 65532:65532"), `${what} must run as 65532`);
+    assert(!s.lines.some((l) => l.startsWith("RUN ")), `${what}: no RUN (no shell there)`);
+    // Root-owned files: user 65532 cannot change the program or its dependency cache.
+    assert(!s.lines.some((l) => l.includes("--chown") || l.includes("--chmod")), what);
+    assertEquals(s.lines.filter((l) => l.startsWith("EXPOSE")), ["EXPOSE 8080 8081"], what);
+    assertEquals(s.lines.filter((l) => l.startsWith("ENTRYPOINT")).length, 1, what);
+    assert(!s.lines.some((l) => l.startsWith("CMD")), `${what}: args come from the Deployment`);
+  }
+});
+
+Deno.test("Dockerfile default target: deno task compile, the binary as entrypoint", () => {
+  const st = stages(dockerfile());
+  const build = st.find((s) => s.name === "build")!;
+  assert(
+    build.lines.some((l) => /^RUN deno task compile\b/.test(l)),
+    "the image compiles with deno task compile",
+  );
+  const last = st.at(-1)!;
+  assertEquals(last.name, undefined, "the last stage (docker build's default) is the binary");
+  assert(last.lines.includes("COPY --from=build /out/appservice-operator /appservice-operator"));
+  assertEquals(last.lines.filter((l) => l.startsWith("ENTRYPOINT")), [
+    'ENTRYPOINT ["/appservice-operator"]',
+  ]);
+});
+
+Deno.test("Dockerfile deno-run target: deno run with exactly deno task start's permissions", async () => {
+  const { startFlags } = await import("../../scripts/compile.ts");
+  const st = stages(dockerfile());
+  const deps = st.find((s) => s.name === "deps")!;
+  // Exec form only: the local DENO_IMAGE (scripts/image) has no shell.
+  const runs = deps.lines.filter((l) => l.startsWith("RUN "));
+  assert(runs.length > 0 && runs.every((l) => l.startsWith("RUN [")), runs.join("\n"));
+  const final = st.find((s) => s.name === "deno-run")!;
+  const entry = JSON.parse(
+    final.lines.find((l) => l.startsWith("ENTRYPOINT "))!.slice("ENTRYPOINT ".length),
+  );
+  assertEquals(entry, [
+    "/usr/bin/deno",
+    "run",
+    "--cached-only",
+    "--frozen",
+    ...await startFlags(),
+    "/app/main.ts",
+  ]);
+  assert(final.lines.includes("COPY --from=deps /usr/bin/deno /usr/bin/deno"));
+  assert(final.lines.some((l) => /^ENV DENO_DIR=\/deno-dir\b/.test(l)), "DENO_DIR=/deno-dir");
 });
 
 Deno.test("compile task: same permission flags as deno task start, no -A", async () => {

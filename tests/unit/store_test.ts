@@ -8,7 +8,6 @@ import {
   splitKey,
   Store,
 } from "../../lib/runtime/store.ts";
-import { Backoff } from "../../lib/runtime/backoff.ts";
 
 const obj = (name: string, rv: string, owner?: string): KubeObject => ({
   metadata: {
@@ -92,21 +91,4 @@ Deno.test("store: property — after replace the store equals the list, whatever
       assertEquals(indexed, list.length); // no ghost index entries
     },
   ));
-});
-
-Deno.test("backoff: 800 ms doubling to 30 s with jitter, reset after a healthy period", () => {
-  let now = 0;
-  const b = new Backoff({
-    initialMs: 800,
-    maxMs: 30_000,
-    resetAfterMs: 120_000,
-    random: () => 0,
-    now: () => now,
-  });
-  const seq = Array.from({ length: 8 }, () => b.next());
-  assertEquals(seq, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
-  now += 120_000;
-  assertEquals(b.next(), 800);
-  const j = new Backoff({ initialMs: 800, maxMs: 30_000, random: () => 0.5 });
-  assertEquals(j.next(), 1200);
 });

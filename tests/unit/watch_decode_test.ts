@@ -2,7 +2,8 @@
  * decodeWatchStream (lib/kube/watch.ts) on a ReadableStream the test controls: frame boundaries
  * anywhere in the chunks, ERROR frames as typed errors, and the idle bound. Then the reflector
  * over such decoded streams (a scripted client, a fake clock): what it does when a stream ends at
- * once, fails midway, or is a WatchList.
+ * once, fails midway, goes idle or is restarted by the client, when the connection recovers
+ * during a backoff, and with WatchList; when its backoff resets (S15) and when it is deaf (S14).
  */
 import { assert, assertEquals, assertRejects } from "../assert.ts";
 import {
@@ -10,7 +11,9 @@ import {
   decodeWatchStream,
   type ObjectWatchEvent,
   WatchIdleError,
+  WatchRestartError,
 } from "../../lib/kube/watch.ts";
+import { ConnectionHealth } from "../../lib/kube/connection.ts";
 import { ApiError, isGone } from "../../lib/kube/errors.ts";
 import type { KubeClient } from "../../lib/kube/client.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
@@ -272,14 +275,20 @@ Deno.test("watch decode: a frame that never ends is bounded (MAX_WATCH_FRAME_CHA
 /** One scripted watch: the frames it sends, then how it ends. */
 interface ScriptedWatch {
   frames: string;
-  /** "close": normal end; "fail": a network error; "hang": open until aborted. */
-  end: "close" | "fail" | "hang";
+  /**
+   * "close": normal end; "fail": a network error mid-stream; "hang": open until aborted;
+   * "idle": silent past the idle bound; "restart": ended by the client (stalled connection);
+   * "refused": no answer at all (the watch is never accepted).
+   */
+  end: "close" | "fail" | "hang" | "idle" | "restart" | "refused";
 }
 
 /** A stand-in for KubeClient: listAll answers `listed`; each watch() plays the next script. */
 class ScriptedClient {
   watchCalls: { resourceVersion?: string; sendInitialEvents?: boolean }[] = [];
   lists = 0;
+  /** The client's connection health, when a test wants one. */
+  health?: ConnectionHealth;
   constructor(readonly listed: Obj[], readonly listRv: string, readonly scripts: ScriptedWatch[]) {}
 
   listAll() {
@@ -289,7 +298,12 @@ class ScriptedClient {
 
   async *watchBatches(
     _rt: unknown,
-    o: { resourceVersion?: string; sendInitialEvents?: boolean; signal?: AbortSignal },
+    o: {
+      resourceVersion?: string;
+      sendInitialEvents?: boolean;
+      signal?: AbortSignal;
+      onOpen?: () => void;
+    },
   ): AsyncGenerator<ObjectWatchEvent<Obj>[]> {
     this.watchCalls.push({
       resourceVersion: o.resourceVersion,
@@ -298,14 +312,18 @@ class ScriptedClient {
     // A macrotask per call, so that a reconnect loop can never starve the test's timers.
     await new Promise((r) => setTimeout(r, 0));
     const s = this.scripts.shift() ?? { frames: "", end: "hang" };
+    if (s.end === "refused") throw new TypeError("connection refused (scripted)");
+    o.onOpen?.();
     const b = body();
     b.push(s.frames);
-    if (s.end === "close") b.close();
+    if (s.end === "close" || s.end === "idle" || s.end === "restart") b.close();
     if (s.end === "fail") b.push("{not json, as when a connection dies mid-frame}\n");
     const onAbort = () => b.close();
     o.signal?.addEventListener("abort", onAbort, { once: true });
     try {
       yield* decodeWatchBatches<Obj>(b.stream, 0, () => {});
+      if (s.end === "idle") throw new WatchIdleError(75_000);
+      if (s.end === "restart") throw new WatchRestartError("stalled", "scripted");
     } finally {
       o.signal?.removeEventListener("abort", onAbort);
     }
@@ -420,5 +438,112 @@ Deno.test("reflector: WatchList — events after the initial-events-end bookmark
     assertEquals(r.store.keys().sort(), ["a", "c"]);
   } finally {
     await r.stop();
+  }
+});
+
+const errorsOf = (events: ReflectorEvent[]) =>
+  events.filter((e) => e.type === "error") as Extract<ReflectorEvent, { type: "error" }>[];
+
+Deno.test("reflector: a watch that delivered data and then broke resets the backoff; one that delivered nothing does not (S15)", async () => {
+  const delivered = new ScriptedClient([], "10", [
+    { frames: frame("ADDED", "a", "11"), end: "fail" },
+    { frames: frame("MODIFIED", "a", "12"), end: "fail" },
+    { frames: frame("MODIFIED", "a", "13"), end: "fail" },
+    { frames: frame("MODIFIED", "a", "14"), end: "fail" },
+  ]);
+  const silent = new ScriptedClient([], "10", [
+    { frames: "", end: "fail" },
+    { frames: "", end: "fail" },
+    { frames: "", end: "fail" },
+    { frames: "", end: "fail" },
+  ]);
+  const cases: [ScriptedClient, number[]][] = [
+    [delivered, [800, 800, 800, 800]],
+    [silent, [800, 1600, 3200, 6400]],
+  ];
+  for (const [client, want] of cases) {
+    const r = runReflector(client);
+    try {
+      for (let i = 0; i < 4; i++) {
+        await r.settle();
+        r.clock.advance(errorsOf(r.events)[i]?.retryInMs ?? 0);
+      }
+      await r.settle();
+      assertEquals(errorsOf(r.events).map((e) => e.retryInMs), want);
+      assertEquals(client.watchCalls.length, 5);
+      assertEquals(client.lists, 1);
+    } finally {
+      await r.stop();
+    }
+  }
+});
+
+Deno.test("reflector: a watch that missed the bookmark cadence is deaf until a watch is accepted again; no backoff for the idle, no relist (S14)", async () => {
+  const client = new ScriptedClient([], "10", [
+    { frames: frame("ADDED", "a", "11"), end: "idle" },
+    { frames: "", end: "refused" },
+    { frames: "", end: "hang" },
+  ]);
+  const r = runReflector(client);
+  try {
+    await r.settle();
+    // Idle: reconnected at once (no backoff), but that attempt got no answer.
+    assertEquals(r.events.filter((e) => e.type === "idle").length, 1);
+    assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "11"]);
+    assert(r.reflector.deaf, "not deaf after the idle bound");
+    assert(
+      /missed the apiserver's bookmarks/.test(r.reflector.deaf.reason),
+      r.reflector.deaf.reason,
+    );
+    assertEquals(errorsOf(r.events).map((e) => e.retryInMs), [800]);
+    r.clock.advance(800);
+    await r.settle();
+    assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "11", "11"]);
+    assertEquals(r.reflector.deaf, undefined, "still deaf once a watch was accepted");
+    assertEquals(client.lists, 1);
+    assertEquals(r.calls, ["add a@11"]);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("reflector: a watch ended by the client (stalled connection) resumes at once from the last resourceVersion", async () => {
+  const client = new ScriptedClient([], "10", [
+    { frames: frame("ADDED", "a", "11") + frame("BOOKMARK", "", "15"), end: "restart" },
+    { frames: frame("MODIFIED", "a", "16"), end: "hang" },
+  ]);
+  const r = runReflector(client);
+  try {
+    await r.settle();
+    assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "15"]);
+    assertEquals(r.events.filter((e) => e.type === "restart").length, 1);
+    assertEquals(errorsOf(r.events).length, 0);
+    assertEquals(r.calls, ["add a@11", "update a@16"]);
+    assertEquals(client.lists, 1);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("reflector: the connection recovering wakes a reflector waiting in backoff", async () => {
+  const client = new ScriptedClient([], "10", [
+    { frames: "", end: "refused" },
+    { frames: "", end: "refused" },
+    { frames: "", end: "hang" },
+  ]);
+  const r = runReflector(client);
+  client.health = new ConnectionHealth({ timers: r.clock });
+  try {
+    await r.settle();
+    assertEquals(errorsOf(r.events).map((e) => e.retryInMs), [800]);
+    const calls = client.watchCalls.length;
+    // Another request fails, then one gets through: the path is back.
+    client.health.failed(new TypeError("connection refused"));
+    client.health.succeeded(r.clock.now());
+    await r.settle();
+    assertEquals(client.watchCalls.length, calls + 1, "not woken by the recovery");
+  } finally {
+    await r.stop();
+    client.health.close();
   }
 });

@@ -1,0 +1,175 @@
+/**
+ * Connection health ({@link ConnectionHealth}) on a manual clock: failing at the first request
+ * without an answer, probing while failing, reporting a long episode once, recovering at the
+ * first answer. Then the client's stall rule against a loopback HTTP server that never answers
+ * some requests: when a later request gets through, a request and a watch stuck on dead
+ * connections are ended (the read sent again, the watch restarted), a watch that kept receiving
+ * is left alone.
+ */
+import { assert, assertEquals } from "../assert.ts";
+import { ConnectionHealth, type HealthEvent } from "../../lib/kube/connection.ts";
+import { KubeClient, STALLED_REQUEST_MIN_MS } from "../../lib/kube/client.ts";
+import { CONFIGMAPS } from "../../lib/kube/resources.ts";
+import { WatchRestartError } from "../../lib/kube/watch.ts";
+import { FakeClock } from "../../lib/runtime/clock.ts";
+
+const tick = () => new Promise((r) => setTimeout(r, 0));
+
+Deno.test("connection health: failing at the first failure, probes every 2–3 s, one report after 10 s, recovered at the first answer", async () => {
+  const clock = new FakeClock();
+  const health = new ConnectionHealth({ timers: clock, random: () => 0 });
+  const events: HealthEvent[] = [];
+  health.onEvent((ev) => events.push(ev));
+  const probes: number[] = [];
+  let answer = false;
+  health.setProbe(() => {
+    probes.push(clock.now());
+    const sent = clock.now();
+    // The probe goes through the client, which reports its outcome like any request.
+    if (answer) health.succeeded(sent);
+    else health.failed(new Error("probe: no answer"));
+    return answer ? Promise.resolve() : Promise.reject(new Error("no answer"));
+  });
+  try {
+    health.succeeded(clock.now());
+    assert(health.healthy);
+    assertEquals(events, []);
+    const start = clock.now();
+    health.failed(new TypeError("connection reset"));
+    assertEquals(health.failingSinceMs, start);
+    assertEquals(events.map((e) => e.type), ["failing"]);
+    for (let i = 0; i < 6; i++) {
+      clock.advance(2_000);
+      await tick();
+    }
+    // Probes every 2 s (random 0), each after the previous one settled.
+    assertEquals(probes.map((t) => t - start), [2_000, 4_000, 6_000, 8_000, 10_000, 12_000]);
+    const still = events.filter((e) => e.type === "stillFailing");
+    assertEquals(still.length, 1, "reported once");
+    assertEquals(still[0].type === "stillFailing" && still[0].failures, 5);
+    answer = true;
+    clock.advance(2_000);
+    await tick();
+    assert(health.healthy);
+    const rec = events.at(-1)!;
+    assert(rec.type === "recovered");
+    assertEquals(rec.recovery.failingSinceMs, start);
+    assertEquals(rec.recovery.sentAtMs, start + 14_000);
+    assertEquals(rec.reported, true);
+    // Healthy again: no more probes.
+    clock.advance(60_000);
+    await tick();
+    assertEquals(probes.length, 7);
+    assertEquals(clock.pendingTimers, 0);
+  } finally {
+    health.close();
+  }
+});
+
+Deno.test("connection health: a short episode is not reported; nothing is sent while healthy; close stops everything", async () => {
+  const clock = new FakeClock();
+  const health = new ConnectionHealth({ timers: clock, random: () => 0.5 });
+  const events: string[] = [];
+  health.onEvent((ev) => events.push(ev.type));
+  let probes = 0;
+  health.setProbe(() => {
+    probes++;
+    return Promise.resolve();
+  });
+  health.failed(new TypeError("connection refused"));
+  clock.advance(1_000);
+  health.succeeded(clock.now());
+  assertEquals(events, ["failing", "recovered"]);
+  assertEquals(probes, 0, "probed before 2–3 s");
+  clock.advance(120_000);
+  await tick();
+  assertEquals(probes, 0);
+  health.failed(new TypeError("connection refused"));
+  health.close();
+  clock.advance(120_000);
+  await tick();
+  assertEquals(probes, 0);
+  assertEquals(clock.pendingTimers, 0);
+});
+
+/** A loopback HTTP server: `/version` answers; the first GET of configmap `stuck` and every watch never do. */
+function server() {
+  const release = Promise.withResolvers<void>();
+  let stuckGets = 0;
+  let watches = 0;
+  const s = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const url = new URL(req.url);
+    if (url.pathname === "/version") return Response.json({ gitVersion: "v1.36.3" });
+    if (url.pathname.endsWith("/configmaps/stuck")) {
+      if (stuckGets++ === 0) await release.promise;
+      return Response.json({ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "stuck" } });
+    }
+    if (url.searchParams.get("watch") === "true") {
+      watches++;
+      const n = watches;
+      // Watch 1: headers, then nothing. Watch 2: headers, then a bookmark every 100 ms.
+      const body = new ReadableStream<Uint8Array>({
+        async pull(c) {
+          if (n === 1) return await release.promise;
+          await new Promise((r) => setTimeout(r, 100));
+          c.enqueue(new TextEncoder().encode(
+            JSON.stringify({ type: "BOOKMARK", object: { metadata: { resourceVersion: "9" } } }) +
+              "\n",
+          ));
+        },
+      });
+      return new Response(body);
+    }
+    return new Response("not found", { status: 404 });
+  });
+  return {
+    url: `http://127.0.0.1:${s.addr.port}`,
+    async close() {
+      release.resolve();
+      await s.shutdown();
+    },
+  };
+}
+
+Deno.test("client: once a later request gets through, a stuck read is sent again and a silent watch restarted; a live watch is left alone", async () => {
+  const srv = server();
+  const client = new KubeClient({
+    server: srv.url,
+    auth: { kind: "token", token: "t" },
+    namespace: "default",
+    source: "test",
+  }, { maxRetries: 0 });
+  const stop = new AbortController();
+  const collect = async (label: string) => {
+    try {
+      const o = { namespace: "default", signal: stop.signal };
+      for await (const _ of client.watchBatches(CONFIGMAPS, o)) { /* */ }
+      return `${label}: ended`;
+    } catch (err) {
+      if (stop.signal.aborted) return `${label}: stopped`;
+      return `${label}: ${err instanceof WatchRestartError ? `restart ${err.why}` : err}`;
+    }
+  };
+  try {
+    const silent = collect("silent");
+    await new Promise((r) => setTimeout(r, 50));
+    const live = collect("live");
+    const stuck = client.get(CONFIGMAPS, "stuck", { namespace: "default" });
+    await new Promise((r) => setTimeout(r, 50));
+    // Some request got no answer: the path is failing from now on.
+    client.health.failed(new TypeError("connection reset"));
+    await new Promise((r) => setTimeout(r, STALLED_REQUEST_MIN_MS + 100));
+    // A request sent now gets its answer: the path is back.
+    await client.raw("/version");
+    assert(client.health.healthy);
+    assertEquals((await stuck).metadata?.name, "stuck");
+    assertEquals(await silent, "silent: restart stalled");
+    // The live watch received bookmarks after the failure: not restarted.
+    const first = await Promise.race([live, new Promise((r) => setTimeout(() => r("open"), 300))]);
+    assertEquals(first, "open");
+  } finally {
+    stop.abort();
+    client.close();
+    await srv.close();
+  }
+});

@@ -1,0 +1,209 @@
+/**
+ * The EventRecorder's aggregation, as client-go's tools/events does it (a scripted client, a fake
+ * clock): one Event per key, the first repeat patched at once as `series.count: 2`, later repeats
+ * coalesced to at most one write per interval, a finished series starting a new Event, an expired
+ * Event created again, and no Event at all in a namespace being deleted (S21).
+ */
+import { assert, assertEquals } from "../assert.ts";
+import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
+import { ApiError } from "../../lib/kube/errors.ts";
+import { FakeClock } from "../../lib/runtime/clock.ts";
+import {
+  EVENT_SERIES_FINISH_MS,
+  EVENT_SERIES_MIN_INTERVAL_MS,
+  EventRecorder,
+} from "../../lib/runtime/events.ts";
+import { TerminatingNamespaces } from "../../lib/runtime/namespaces.ts";
+
+/** The apiserver's answer to a create in a namespace being deleted (captured from v1.36). */
+const TERMINATING_STATUS = {
+  kind: "Status" as const,
+  apiVersion: "v1",
+  status: "Failure" as const,
+  message: 'events "x" is forbidden: unable to create new content in namespace ns because it ' +
+    "is being terminated",
+  reason: "Forbidden",
+  details: {
+    name: "x",
+    group: "events.k8s.io",
+    kind: "events",
+    causes: [{
+      reason: "NamespaceTerminating",
+      message: "namespace ns is being terminated",
+      field: "metadata.namespace",
+    }],
+  },
+  code: 403,
+};
+
+type Ev = KubeObject & { series?: { count: number; lastObservedTime: string }; reason?: string };
+
+/** A fake events API: records creates and patches; `fail` decides an error per call. */
+function fakeApi(fail: (verb: string, name: string) => ApiError | undefined = () => undefined) {
+  const calls: { verb: string; name: string; body: unknown }[] = [];
+  const stored = new Map<string, Ev>();
+  const client = {
+    create(_r: unknown, body: Ev) {
+      const name = body.metadata!.name!;
+      calls.push({ verb: "create", name, body });
+      const err = fail("create", name);
+      if (err) return Promise.reject(err);
+      stored.set(name, structuredClone(body));
+      return Promise.resolve(body);
+    },
+    patch(_r: unknown, name: string, body: Partial<Ev>) {
+      calls.push({ verb: "patch", name, body });
+      const err = fail("patch", name);
+      if (err) return Promise.reject(err);
+      const cur = stored.get(name);
+      if (!cur) return Promise.reject(new ApiError(404, { reason: "NotFound", code: 404 }));
+      Object.assign(cur, body);
+      return Promise.resolve(cur);
+    },
+  };
+  return { client: client as unknown as KubeClient, calls, stored };
+}
+
+const as = {
+  apiVersion: "apps.our-org.com/v1",
+  kind: "AppService",
+  metadata: { name: "web", namespace: "ns", uid: "as-uid" },
+};
+const pod = (n: number) => ({
+  apiVersion: "v1",
+  kind: "Pod",
+  metadata: { name: `web-${n}`, namespace: "ns", uid: `pod-${n}` },
+});
+const stuck = (n: number, reason = "ImagePullBackOff") => ({
+  type: "Warning" as const,
+  reason,
+  action: "WaitForPodReady",
+  note: `web-${n}: back-off pulling image`,
+  related: pod(n),
+});
+
+/** Lets queued writes (promises of the fake API) run. */
+const settle = async () => {
+  for (let i = 0; i < 20; i++) await Promise.resolve();
+};
+
+Deno.test("events: one Event per regarding+related+reason; count 2 at once, then one write per interval", async () => {
+  const clock = new FakeClock();
+  const api = fakeApi();
+  const rec = new EventRecorder(api.client, "ctl", "me", { clock });
+  rec.record(as, stuck(0));
+  await rec.flush();
+  assertEquals(api.calls.map((c) => c.verb), ["create"]);
+  clock.advance(1_000);
+  rec.record(as, stuck(0));
+  await settle();
+  assertEquals(api.calls.map((c) => c.verb), ["create", "patch"], "count 2 is written at once");
+  const name = api.calls[0].name;
+  assertEquals(api.stored.get(name)!.series?.count, 2);
+  // Ten more repeats within a second: one write, when the interval allows.
+  for (let i = 0; i < 10; i++) {
+    clock.advance(100);
+    rec.record(as, stuck(0));
+  }
+  await settle();
+  assertEquals(api.calls.length, 2, "no write before the interval");
+  clock.advance(EVENT_SERIES_MIN_INTERVAL_MS);
+  await settle();
+  assertEquals(api.calls.length, 3);
+  assertEquals(api.calls[2].verb, "patch");
+  assertEquals(api.stored.get(name)!.series?.count, 12);
+  assertEquals(api.stored.size, 1, "one Event object");
+  // Nothing pending: no more writes however long it waits.
+  clock.advance(10 * EVENT_SERIES_MIN_INTERVAL_MS);
+  await settle();
+  assertEquals(api.calls.length, 3);
+  // Another Pod, or another reason for the same Pod, is another Event.
+  rec.record(as, stuck(1));
+  rec.record(as, stuck(0, "ErrImagePull"));
+  await rec.flush();
+  assertEquals(api.stored.size, 3);
+  assertEquals(rec.writes, { create: 3, patch: 2 });
+});
+
+Deno.test("events: a series with no repeat for 6 minutes is finished; the next occurrence is a new Event", async () => {
+  const clock = new FakeClock();
+  const api = fakeApi();
+  const rec = new EventRecorder(api.client, "ctl", "me", { clock });
+  rec.record(as, stuck(0));
+  rec.record(as, stuck(0));
+  await rec.flush();
+  clock.advance(EVENT_SERIES_FINISH_MS);
+  rec.record(as, stuck(0));
+  await rec.flush();
+  assertEquals(api.calls.map((c) => c.verb), ["create", "patch", "create"]);
+  assertEquals(api.stored.size, 2);
+  assert(api.calls[2].name !== api.calls[0].name, "a new name");
+});
+
+Deno.test("events: a repeat of an Event that expired creates it again with its count", async () => {
+  const clock = new FakeClock();
+  const api = fakeApi();
+  const rec = new EventRecorder(api.client, "ctl", "me", { clock });
+  rec.record(as, stuck(0));
+  await rec.flush();
+  api.stored.clear(); // the apiserver's event TTL
+  clock.advance(1_000);
+  rec.record(as, stuck(0));
+  await rec.flush();
+  assertEquals(api.calls.map((c) => c.verb), ["create", "patch", "create"]);
+  const again = [...api.stored.values()][0];
+  assertEquals(again.series?.count, 2);
+});
+
+Deno.test("events: flush writes a pending count at once (shutdown)", async () => {
+  const clock = new FakeClock();
+  const api = fakeApi();
+  const rec = new EventRecorder(api.client, "ctl", "me", { clock });
+  for (let i = 0; i < 3; i++) {
+    rec.record(as, stuck(0));
+    await settle();
+  }
+  assertEquals(api.calls.length, 2, "count 3 waits for the interval");
+  await rec.flush();
+  assertEquals(api.calls.length, 3);
+  assertEquals([...api.stored.values()][0].series?.count, 3);
+});
+
+Deno.test("events: nothing is created in a namespace being deleted after the first refusal (S21)", async () => {
+  const clock = new FakeClock();
+  const api = fakeApi(() => new ApiError(403, TERMINATING_STATUS));
+  const errors: unknown[] = [];
+  const gate = new TerminatingNamespaces();
+  const rec = new EventRecorder(api.client, "ctl", "me", {
+    clock,
+    terminating: gate,
+    onError: (e) => errors.push(e),
+  });
+  rec.record(as, stuck(0));
+  await rec.flush();
+  assertEquals(api.calls.length, 1);
+  assert(gate.has("ns", "as-uid"));
+  for (let i = 0; i < 5; i++) rec.record(as, stuck(i, `R${i}`));
+  await rec.flush();
+  assertEquals(api.calls.length, 1, "no create after the refusal");
+  assertEquals(errors, [], "a namespace refusal is not an error");
+  assertEquals(rec.suppressed, 6);
+  // Another object in another namespace is not held back.
+  rec.record({ ...as, metadata: { ...as.metadata, namespace: "other", uid: "u2" } }, stuck(0));
+  await rec.flush();
+  assertEquals(api.calls.length, 2);
+});
+
+Deno.test("events: any other refusal is reported once and not retried", async () => {
+  const clock = new FakeClock();
+  const api = fakeApi(() => new ApiError(422, { reason: "Invalid", code: 422 }));
+  const errors: unknown[] = [];
+  const rec = new EventRecorder(api.client, "ctl", "me", { clock, onError: (e) => errors.push(e) });
+  rec.record(as, stuck(0));
+  await rec.flush();
+  clock.advance(60_000);
+  await rec.flush();
+  assertEquals(api.calls.length, 1);
+  assertEquals(errors.length, 1);
+  assertEquals(rec.seriesCount, 0);
+});

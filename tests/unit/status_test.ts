@@ -1,0 +1,341 @@
+/**
+ * Why a Pod is stuck (S18), as pure functions of Pod objects: the cause of each kubelet, scheduler
+ * and Pod reason (one line each), the container state kept in status, the Ready condition's stable
+ * choice and count, which causes are new occurrences (Events), and the namespace-terminating
+ * answer as the apiserver sends it (S21).
+ */
+import type { ContainerStatus, Pod, PodCondition } from "kubernetes-types/core/v1.d.ts";
+import { assert, assertEquals } from "../assert.ts";
+import { ApiError, isNamespaceClosed, isNamespaceTerminating } from "../../lib/kube/errors.ts";
+import { TerminatingNamespaces } from "../../lib/runtime/namespaces.ts";
+import {
+  causeSignature,
+  conditionReason,
+  containerEntries,
+  newCauses,
+  podCause,
+  podStatuses,
+  readyCondition,
+  statusChanged,
+} from "../../lib/appservice/status.ts";
+
+const scheduled: PodCondition = { type: "PodScheduled", status: "True" };
+
+function pod(name: string, status: Pod["status"], uid = `${name}-uid`): Pod {
+  return { metadata: { name, uid }, spec: { containers: [{ name: "app" }] }, status };
+}
+function withContainer(cs: Partial<ContainerStatus>, phase = "Pending"): Pod["status"] {
+  return {
+    phase,
+    conditions: [scheduled, { type: "Ready", status: "False", reason: "ContainersNotReady" }],
+    containerStatuses: [{
+      name: "app",
+      image: "x:1",
+      imageID: "",
+      ready: false,
+      restartCount: 0,
+      ...cs,
+    }],
+  };
+}
+const waiting = (reason: string, message?: string) => ({ waiting: { reason, message } });
+const terminated = (reason: string | undefined, exitCode: number, signal?: number) => ({
+  terminated: { reason, exitCode, signal },
+});
+
+/** One line per cause: the Pod's status and the expected reason, stuck flag and message part. */
+const CASES: { status: Pod["status"]; reason: string; stuck: boolean; says: string }[] = [
+  {
+    status: withContainer({ state: waiting("ImagePullBackOff", 'Back-off pulling image "x:1"') }),
+    reason: "ImagePullBackOff",
+    stuck: true,
+    says: 'Back-off pulling image "x:1"',
+  },
+  {
+    status: withContainer({ state: waiting("ErrImagePull", "not found") }),
+    reason: "ErrImagePull",
+    stuck: true,
+    says: "not found",
+  },
+  {
+    status: withContainer({ state: waiting("ErrImageNeverPull", "never pull") }),
+    reason: "ErrImageNeverPull",
+    stuck: true,
+    says: "never pull",
+  },
+  {
+    status: withContainer({ state: waiting("InvalidImageName", "bad") }),
+    reason: "InvalidImageName",
+    stuck: true,
+    says: "bad",
+  },
+  {
+    status: withContainer({ state: waiting("CreateContainerConfigError", 'secret "s" not found') }),
+    reason: "CreateContainerConfigError",
+    stuck: true,
+    says: 'secret "s" not found',
+  },
+  {
+    status: withContainer({ state: waiting("CreateContainerError", "no command") }),
+    reason: "CreateContainerError",
+    stuck: true,
+    says: "no command",
+  },
+  {
+    status: withContainer({ state: waiting("RunContainerError", "exec failed") }),
+    reason: "RunContainerError",
+    stuck: true,
+    says: "exec failed",
+  },
+  {
+    status: withContainer({
+      state: waiting("CrashLoopBackOff", "back-off 10s"),
+      lastState: terminated("OOMKilled", 137),
+      restartCount: 3,
+    }, "Running"),
+    reason: "CrashLoopBackOff",
+    stuck: true,
+    says: "back-off 10s; last terminated: OOMKilled, exit code 137",
+  },
+  {
+    status: withContainer({ state: terminated("OOMKilled", 137) }, "Running"),
+    reason: "OOMKilled",
+    stuck: true,
+    says: "exit code 137",
+  },
+  {
+    status: withContainer({ state: terminated("Error", 2) }, "Running"),
+    reason: "Error",
+    stuck: true,
+    says: "container app terminated with exit code 2",
+  },
+  {
+    status: withContainer({ state: terminated(undefined, 143, 15) }, "Running"),
+    reason: "Error",
+    stuck: true,
+    says: "exit code 143 (signal 15)",
+  },
+  {
+    status: withContainer({ state: terminated("ContainerCannotRun", 128) }, "Running"),
+    reason: "ContainerCannotRun",
+    stuck: true,
+    says: "exit code 128",
+  },
+  {
+    status: {
+      phase: "Pending",
+      conditions: [{
+        type: "PodScheduled",
+        status: "False",
+        reason: "Unschedulable",
+        message: "0/3 nodes are available: 3 Insufficient cpu.",
+      }],
+    },
+    reason: "Unschedulable",
+    stuck: true,
+    says: "Insufficient cpu",
+  },
+  {
+    status: {
+      phase: "Pending",
+      conditions: [{
+        type: "PodScheduled",
+        status: "False",
+        reason: "SchedulingGated",
+        message: "gated",
+      }],
+    },
+    reason: "SchedulingGated",
+    stuck: true,
+    says: "gated",
+  },
+  {
+    status: {
+      phase: "Failed",
+      reason: "Evicted",
+      message: "The node was low on resource: memory.",
+    },
+    reason: "Evicted",
+    stuck: true,
+    says: "low on resource",
+  },
+  {
+    status: withContainer({ state: waiting("ContainerCreating") }),
+    reason: "ContainerCreating",
+    stuck: false,
+    says: "",
+  },
+  {
+    status: withContainer({ state: terminated("Completed", 0) }, "Running"),
+    reason: "ContainersNotReady",
+    stuck: false,
+    says: "",
+  },
+  {
+    status: withContainer({ state: { running: { startedAt: "2026-01-01T00:00:00Z" } } }, "Running"),
+    reason: "ContainersNotReady",
+    stuck: false,
+    says: "",
+  },
+  { status: undefined, reason: "PodPending", stuck: false, says: "" },
+];
+
+Deno.test("podCause: every kubelet, scheduler and Pod reason, one line each", () => {
+  for (const k of CASES) {
+    const c = podCause(pod("web-0", k.status));
+    assert(c, `no cause for ${k.reason}`);
+    assertEquals(c.reason, k.reason);
+    assertEquals(c.stuck, k.stuck, k.reason);
+    assert(c.message.includes(k.says), `${k.reason}: "${c.message}" lacks "${k.says}"`);
+  }
+});
+
+Deno.test("podCause: a Ready Pod or one being deleted has none", () => {
+  const ready = pod("web-0", {
+    phase: "Running",
+    conditions: [scheduled, { type: "Ready", status: "True" }],
+  });
+  assertEquals(podCause(ready), undefined);
+  const stuck = pod("web-0", withContainer({ state: waiting("ImagePullBackOff") }));
+  const going = {
+    ...stuck,
+    metadata: { ...stuck.metadata, deletionTimestamp: "2026-01-01T00:00:00Z" },
+  };
+  assertEquals(podCause(going), undefined);
+});
+
+Deno.test("podStatuses: container state, last termination, restart count; reason only when stuck", () => {
+  const p = pod(
+    "web-0",
+    withContainer({
+      state: waiting("CrashLoopBackOff", "back-off 20s"),
+      lastState: terminated("Error", 1),
+      restartCount: 2,
+    }, "Running"),
+  );
+  const [e] = podStatuses([p]);
+  assertEquals(e.reason, "CrashLoopBackOff");
+  assertEquals(e.restartCount, 2);
+  assertEquals(e.containers, [{
+    name: "app",
+    ready: false,
+    restartCount: 2,
+    state: { waiting: { reason: "CrashLoopBackOff", message: "back-off 20s" } },
+    lastState: { terminated: { reason: "Error", exitCode: 1 } },
+  }]);
+  const starting = podStatuses([
+    pod("web-1", withContainer({ state: waiting("ContainerCreating") })),
+  ]);
+  assertEquals(starting[0].reason, undefined);
+  assertEquals(starting[0].containers?.[0].state, { waiting: { reason: "ContainerCreating" } });
+  // A long kubelet message is cut, so the status stays small.
+  const long = pod("web-2", withContainer({ state: waiting("ErrImagePull", "x".repeat(5_000)) }));
+  assert(podStatuses([long])[0].message!.length <= 512);
+  assert(containerEntries(long)[0].state!.waiting!.message!.length <= 512);
+});
+
+Deno.test("readyCondition: first stuck Pod by ordinal, the reason, the Pod and a count", () => {
+  const pods = [
+    pod("web-10", withContainer({ state: waiting("CrashLoopBackOff", "back-off") }, "Running")),
+    pod("web-2", withContainer({ state: waiting("ImagePullBackOff", "pull x:1") })),
+    pod("web-1", withContainer({ state: waiting("ContainerCreating") })),
+    pod("web-3", withContainer({ state: waiting("ImagePullBackOff", "pull x:1") })),
+  ];
+  const c = readyCondition(pods, 0, 11, false);
+  assertEquals(c.status, "False");
+  assertEquals(c.reason, "ImagePullBackOff");
+  assertEquals(
+    c.message,
+    "ImagePullBackOff: web-2: pull x:1 (0/11 Pods ready; 3 stuck: ImagePullBackOff web-2, " +
+      "web-3; CrashLoopBackOff web-10)",
+  );
+  // The same Pods in another order give the same condition (stable: no status write).
+  assertEquals(readyCondition([...pods].reverse(), 0, 11, false), c);
+  assertEquals(readyCondition([pods[2]], 0, 1, false).reason, "ReplicasNotReady");
+  assertEquals(readyCondition([], 1, 1, true).reason, "AllReplicasReady");
+  assertEquals(conditionReason("Out of cpu!"), "Outofcpu");
+  assertEquals(conditionReason("---"), "PodNotReady");
+});
+
+Deno.test("newCauses: a new reason or a new restart is an occurrence; the same state is not", () => {
+  const backoff = pod("web-0", withContainer({ state: waiting("ImagePullBackOff") }));
+  const pull = pod("web-0", withContainer({ state: waiting("ErrImagePull") }));
+  const first = newCauses([backoff], new Map(), undefined);
+  assertEquals(first.occurrences.map((o) => o.cause.reason), ["ImagePullBackOff"]);
+  const same = newCauses([backoff], first.signatures, undefined);
+  assertEquals(same.occurrences, []);
+  const flip = newCauses([pull], same.signatures, undefined);
+  assertEquals(flip.occurrences.map((o) => o.cause.reason), ["ErrImagePull"]);
+  const back = newCauses([backoff], flip.signatures, undefined);
+  assertEquals(back.occurrences.map((o) => o.cause.reason), ["ImagePullBackOff"]);
+  // CrashLoopBackOff again after one more restart.
+  const crash = (n: number) =>
+    pod("web-1", withContainer({ state: waiting("CrashLoopBackOff"), restartCount: n }, "Running"));
+  const c1 = newCauses([crash(1)], new Map(), undefined);
+  assertEquals(newCauses([crash(1)], c1.signatures, undefined).occurrences, []);
+  assertEquals(newCauses([crash(2)], c1.signatures, undefined).occurrences.length, 1);
+  // After a restart of the operator (nothing seen yet) a cause already in status is not new...
+  const stored = podStatuses([backoff]);
+  assertEquals(newCauses([backoff], undefined, stored).occurrences, []);
+  assertEquals(newCauses([pull], undefined, stored).occurrences.length, 1);
+  // ...but a Pod recreated under the same name is.
+  const recreated = pod("web-0", withContainer({ state: waiting("ImagePullBackOff") }), "new-uid");
+  assertEquals(newCauses([recreated], first.signatures, stored).occurrences.length, 1);
+  assertEquals(first.signatures.get("web-0-uid"), causeSignature("ImagePullBackOff", 0));
+});
+
+Deno.test("statusChanged: the same stuck state twice is no change (S9)", () => {
+  const p = pod("web-0", withContainer({ state: waiting("ImagePullBackOff", "m") }));
+  const s = { podStatuses: podStatuses([p]), conditions: [] };
+  assert(!statusChanged(structuredClone(s), { ...s, lastReconciliation: "later" }));
+});
+
+Deno.test("namespace refusals: the apiserver's 403 NamespaceTerminating and 404 namespaces", () => {
+  // As kube-apiserver v1.36 answers (the cause type is serialized as `reason`).
+  const terminating = new ApiError(403, {
+    kind: "Status",
+    status: "Failure",
+    reason: "Forbidden",
+    message: 'pods "x" is forbidden: unable to create new content in namespace ns because it ' +
+      "is being terminated",
+    details: {
+      name: "x",
+      kind: "pods",
+      causes: [{
+        reason: "NamespaceTerminating",
+        message: "namespace ns is being terminated",
+        field: "metadata.namespace",
+      }],
+    },
+    code: 403,
+  });
+  const gone = new ApiError(404, {
+    kind: "Status",
+    status: "Failure",
+    reason: "NotFound",
+    message: 'namespaces "ns" not found',
+    details: { name: "ns", kind: "namespaces" },
+    code: 404,
+  });
+  const rbac = new ApiError(403, {
+    reason: "Forbidden",
+    code: 403,
+    message: "is being terminated",
+  });
+  const podGone = new ApiError(404, { reason: "NotFound", code: 404, details: { kind: "pods" } });
+  assert(isNamespaceTerminating(terminating));
+  assert(!isNamespaceTerminating(rbac), "branch on the cause, not the message");
+  assert(isNamespaceClosed(gone) && isNamespaceClosed(terminating));
+  assert(!isNamespaceClosed(podGone) && !isNamespaceClosed(rbac));
+
+  const members = new Map([["ns", ["a", "b"]]]);
+  const gate = new TerminatingNamespaces((ns) => members.get(ns) ?? []);
+  assert(!gate.observe("ns", "a", rbac));
+  assertEquals(gate.size, 0);
+  assert(gate.observe("ns", "a", terminating));
+  assert(gate.has("ns", "a") && gate.has("ns", "b"), "every member is held back");
+  assert(!gate.has("ns", "c"), "an object made later (a new namespace of that name) is not");
+  gate.forget("ns", "a");
+  gate.forget("ns", "b");
+  assertEquals(gate.size, 0, "the entry goes with its last object");
+});
