@@ -84,7 +84,7 @@ Deno.test("rejections: refusals are 400, 403, 413 and 422; not conflicts, thrott
   assert(!isWriteRejection(new Error("network")));
   const terminating = new ApiError(403, {
     reason: "Forbidden",
-    details: { causes: [{ type: "NamespaceTerminating" } as never] },
+    details: { causes: [{ reason: "NamespaceTerminating" }] }, // StatusCause.Type is `reason` in JSON
   });
   assert(!isWriteRejection(terminating));
 });
