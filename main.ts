@@ -8,12 +8,13 @@
  */
 import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client.ts";
-import { loadClusterConfig } from "./lib/kube/config.ts";
+import { type ClusterConfig, loadClusterConfig } from "./lib/kube/config.ts";
 import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { Manager } from "./lib/runtime/manager.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
+import { REVIEW_TIMEOUT_MS } from "./lib/runtime/delegated_auth.ts";
 import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
 
 /** Prints one line on stderr and exits 1. */
@@ -65,6 +66,23 @@ async function whoAmI(client: KubeClient): Promise<string> {
   }
 }
 
+/**
+ * The client of secure /metrics' TokenReviews and SubjectAccessReviews, of its own like the
+ * Lease's: every replica answers scrapes, leading or not, so no write fence and no reconcile rate
+ * limit may hold them up; retries are the reviews' own (lib/runtime/delegated_auth.ts). Its
+ * connection health is its own too: scrapes do not decide whether the reconcilers' path (and
+ * `/readyz`) is healthy.
+ */
+function reviewClient(config: ClusterConfig, metrics: Metrics): KubeClient {
+  return new KubeClient(config, {
+    userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
+      `deno/${Deno.version.deno} metrics-auth`,
+    maxRetries: 0,
+    requestTimeoutMs: REVIEW_TIMEOUT_MS,
+    onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+  });
+}
+
 async function main(): Promise<number> {
   let parsed;
   try {
@@ -100,6 +118,7 @@ async function main(): Promise<number> {
   const health = new ConnectionHealth();
   let client: KubeClient;
   let leaderClient: KubeClient;
+  let authClient: KubeClient | undefined;
   let user: string;
   try {
     const config = loadClusterConfig({
@@ -127,6 +146,7 @@ async function main(): Promise<number> {
       onRequest: onRequest("leader-election"),
       health,
     });
+    if (v["metrics-secure"]) authClient = reviewClient(config, metrics);
     user = await whoAmI(client);
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message);
@@ -166,7 +186,11 @@ async function main(): Promise<number> {
     client,
     leaderElectionClient: leaderClient,
     metrics,
-    metricsBindAddress: v["metrics-bind-address"],
+    // kubebuilder's convention: :8443 for HTTPS, :8080 for plain HTTP.
+    metricsBindAddress: v["metrics-bind-address"] || (v["metrics-secure"] ? ":8443" : ":8080"),
+    metricsSecure: v["metrics-secure"],
+    metricsCertDir: v["metrics-cert-dir"],
+    metricsAuthClient: authClient,
     healthProbeBindAddress: v["health-probe-bind-address"],
     leaderElect: v["leader-elect"],
     leaderElectionNamespace: v["leader-election-namespace"] || config.namespace,
@@ -188,10 +212,11 @@ async function main(): Promise<number> {
     return await manager.run(stop.signal);
   } catch (err) {
     if (err instanceof Error && err.name === "AddrInUse") fail(`cannot listen: ${err.message}`);
-    fail(errorText(err));
+    return fail(errorText(err));
   } finally {
     client.close();
     leaderClient.close();
+    authClient?.close();
     health.close();
   }
 }

@@ -63,8 +63,25 @@ export const FLAG_TABLE = [
     name: "metrics-bind-address",
     env: "APPSERVICE_METRICS_BIND_ADDRESS",
     kind: "string",
-    default: ":8080",
-    help: "Address of /metrics (host:port, :port, or 0 to disable).",
+    default: "",
+    help:
+      "Address of /metrics (host:port, :port, or 0 to disable); unset: :8443 with --metrics-secure, :8080 without.",
+  },
+  {
+    name: "metrics-secure",
+    env: "APPSERVICE_METRICS_SECURE",
+    kind: "boolean",
+    default: "true",
+    help:
+      "Serve /metrics over HTTPS, each request authenticated (TokenReview) and authorized (SubjectAccessReview, get /metrics); false: plain HTTP.",
+  },
+  {
+    name: "metrics-cert-dir",
+    env: "APPSERVICE_METRICS_CERT_DIR",
+    kind: "string",
+    default: "",
+    help:
+      "Folder with tls.crt and tls.key for --metrics-secure, re-read every 10s; unset: a self-signed certificate made at start.",
   },
   {
     name: "health-probe-bind-address",

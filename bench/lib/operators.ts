@@ -157,7 +157,8 @@ export async function startOperatorProcess(
   if (kind === "ours") {
     const perms = permsCache ??= await startPermissionFlags();
     cmd = Deno.execPath();
-    args = ["run", ...perms, join(REPO, "main.ts"), ...common];
+    // Plain /metrics, as the peer serves it (the bench reads it without a token).
+    args = ["run", ...perms, join(REPO, "main.ts"), ...common, "--metrics-secure=false"];
   } else {
     cmd = peerBinary(opts.cacheDir);
     args = common;

@@ -24,3 +24,6 @@ export const APPSERVICES: ResourceType = {
   plural: PLURAL,
   namespaced: true,
 };
+
+/** Name of the single container in each Pod (env `resourceFieldRef.containerName` may name it). */
+export const CONTAINER_NAME = "app";

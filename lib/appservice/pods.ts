@@ -12,7 +12,7 @@
 import { createHash } from "node:crypto";
 import type { Container, Pod } from "kubernetes-types/core/v1.d.ts";
 import type { OwnerReference } from "kubernetes-types/meta/v1.d.ts";
-import { GROUP, KIND, VERSION } from "./api.ts";
+import { CONTAINER_NAME, GROUP, KIND, VERSION } from "./api.ts";
 import type { AppService } from "./schema.ts";
 
 /** Annotation holding the hash of the Pod template a Pod was made from. */
@@ -22,7 +22,7 @@ export const MANAGED_BY = "appservice-operator";
 /** Label selector matching every object this operator manages (informer filter). */
 export const MANAGED_SELECTOR = `app.kubernetes.io/managed-by=${MANAGED_BY}`;
 /** Name of the single container in each Pod. */
-export const CONTAINER_NAME = "app";
+export { CONTAINER_NAME };
 
 /** Labels of every object owned by `as` (recommended labels, Kubernetes docs). */
 export function ownedLabels(as: AppService): Record<string, string> {

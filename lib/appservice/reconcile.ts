@@ -33,8 +33,16 @@
  * the controller's error policy requeues the key.
  *
  * Pods are created with POST (not server-side apply): a Pod's spec is immutable, so "apply" could
- * only ever create, and POST's AlreadyExists makes a stale-cache retry harmless. The Service,
- * whose ports do change, is written with server-side apply (field manager `appservice-operator`).
+ * only ever create, and POST's AlreadyExists makes a stale-cache retry harmless. The Service is
+ * created with server-side apply (field manager `appservice-operator`) and converged with a merge
+ * patch that sets its ports, selector and type outright, whatever other field managers own (S20,
+ * service.ts).
+ *
+ * A Pod create or Service write that the apiserver refuses (admission policy, webhook, quota:
+ * what only the write can tell, S19) sets `Degraded` with reason `PodCreateRejected` or
+ * `ServiceRejected`, records a Warning Event and is retried slowly (rejections.ts): other
+ * reconciles of the key skip it, and the reconcile asks to be requeued when its retry is due,
+ * rather than failing into the work queue's fast error backoff. A new generation is tried at once.
  *
  * Why a Pod is stuck (S18): the Ready condition names the cause and the Pod, `podStatuses` carry
  * each container's state (status.ts), and each stuck Pod gets one Warning Event per reason
@@ -80,7 +88,8 @@ import {
 } from "./pods.ts";
 import { APPSERVICES, FINALIZER } from "./api.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
-import { desiredService, serviceMatches } from "./service.ts";
+import { desiredService, serviceMatches, servicePatch } from "./service.ts";
+import { isWriteRejection, type Refusal, RejectedWrites } from "./rejections.ts";
 import {
   type CauseSignature,
   type ConditionInput,
@@ -128,6 +137,21 @@ function rethrowIfAbortive(err: unknown): void {
   if (isFenced(err) || isThrottled(err)) throw err;
 }
 
+/** Condition reason of a Pod create (or its dry run) the apiserver refused. */
+export const REASON_POD_CREATE_REJECTED = "PodCreateRejected";
+/** Condition reason of a Service write the apiserver refused. */
+export const REASON_SERVICE_REJECTED = "ServiceRejected";
+
+/** One failure of a reconcile, for the Degraded condition and Warning Events. */
+interface Failure {
+  reason: string;
+  message: string;
+  /** A refused write, retried slowly: the reconcile requeues itself instead of failing. */
+  rejected?: boolean;
+  /** Already reported by an earlier reconcile (a write held back): no new Event. */
+  held?: boolean;
+}
+
 /** Builds the reconcile function for the controller. */
 export function appServiceReconciler(deps: ReconcilerDeps) {
   const now = deps.now ?? Date.now;
@@ -145,6 +169,36 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       return closedNamespaces.observe(as.metadata.namespace!, as.metadata.uid, err);
     }
     return isNamespaceClosed(err);
+  }
+
+  const rejected = new RejectedWrites(now);
+
+  /**
+   * Records a refused write and gives the failure to report: the apiserver's answer, how often,
+   * and when the next attempt goes (fixed at refusal time, so held reconciles report the same
+   * text and write no status).
+   */
+  function refusal(
+    key: string,
+    as: AppService,
+    write: string,
+    reason: string,
+    what: string,
+    err: unknown,
+  ): Failure {
+    const r = rejected.refused(key, as.metadata.generation ?? 0, write, "");
+    const inS = Math.round((r.nextAtMs - now()) / 1000);
+    const answer = err instanceof ApiError && err.status?.message
+      ? `${err.code} ${err.reason}: ${err.status.message}`
+      : errorText(err);
+    r.message = `${what} refused: ${answer} (attempt ${r.attempts}; next in ${inS} s, ` +
+      "at once when the spec changes)";
+    return { reason, message: r.message, rejected: true };
+  }
+
+  /** The failure to report for a write held back by an earlier refusal. */
+  function held(reason: string, r: Refusal): Failure {
+    return { reason, message: r.message, rejected: true, held: true };
   }
 
   async function writeStatus(
@@ -273,8 +327,10 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         await writeStatus(as, baseStatus(as, pods, conditions), signal);
       } catch (err) {
         rethrowIfAbortive(err);
-        if (isConflict(err)) return { requeue: true }; // computed from an older version
-        if (!isNotFound(err)) logger.warn("Status write failed", { error: errorText(err) });
+        // A 409: computed from an older version; not written, retried below like the rest.
+        if (!isNotFound(err) && !isConflict(err)) {
+          logger.warn("Status write failed", { error: errorText(err) });
+        }
       }
       if (failures.length > 0) {
         events.record(as, {
@@ -339,9 +395,13 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     let as = deps.appServices.get(key);
     if (!as) {
       seenCauses.delete(key);
+      rejected.forget(key);
       return;
     }
-    if (as.metadata.deletionTimestamp) return await finalize(as, ctx);
+    if (as.metadata.deletionTimestamp) {
+      rejected.forget(key);
+      return await finalize(as, ctx);
+    }
     const { namespace: ns, name } = splitKey(key);
     if (closedNamespaces?.has(ns, as.metadata.uid)) {
       // Its namespace is being deleted: nothing can be created; its own deletion will follow.
@@ -370,8 +430,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
 
     const replicas = as.spec.replicas ?? 1;
     const hash = specHash(as);
+    const generation = as.metadata.generation ?? 0;
     const owned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
-    const failures: { reason: string; message: string }[] = [];
+    const failures: Failure[] = [];
     const byOrdinal = new Map<number, Pod>();
     const toDelete: { pod: Pod; why: string }[] = [];
     for (const p of owned) {
@@ -409,9 +470,12 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       const candidate = outdated.find((p) => !isPodReady(p)) ?? outdated[0];
       const othersReady = live.every((p) => p === candidate || isPodReady(p));
       const missing = replicas - live.length;
-      if ((othersReady && missing === 0) || !anyReady) {
-        // Delete only if the replacement would be admitted: a spec the CRD accepts but the Pod API
-        // (or a quota, or Pod Security) rejects must not cost a running Pod.
+      const podHeld = rejected.held(key, generation, "pod-create");
+      if (podHeld) {
+        failures.push(held(REASON_POD_CREATE_REJECTED, podHeld));
+      } else if ((othersReady && missing === 0) || !anyReady) {
+        // Delete only if the replacement would be admitted: a spec the CRD accepts but an
+        // admission policy, a quota or Pod Security refuses must not cost a running Pod.
         // (generateName, so the dry run does not collide with the Pod it would replace.)
         const ord = podOrdinal(as, candidate)!;
         const probe = desiredPod(as, ord, hash);
@@ -426,15 +490,17 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
             dryRun: true,
             signal,
           });
+          rejected.succeeded(key, "pod-create");
           toDelete.push({ pod: candidate, why: "SpecChanged" });
         } catch (err) {
           rethrowIfAbortive(err);
-          failures.push({
-            reason: "InvalidPodSpec",
-            message: `the new Pod template is rejected, keeping ${candidate.metadata?.name}: ${
-              errorText(err)
-            }`,
-          });
+          if (namespaceClosed(as, err)) return; // being deleted (S21): nothing to roll out
+          const what = `the new Pod template (dry run), keeping ${candidate.metadata?.name}:`;
+          failures.push(
+            isWriteRejection(err)
+              ? refusal(key, as, "pod-create", REASON_POD_CREATE_REJECTED, what, err)
+              : { reason: "FailedCreatePod", message: `${what} ${errorText(err)}` },
+          );
         }
       }
     }
@@ -471,13 +537,21 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       }
     }
 
-    // Create missing ordinals.
+    // Create missing ordinals (none while a refused create waits for its slow retry).
     let created = 0;
-    for (let i = 0; i < replicas; i++) {
+    const createHeld = rejected.held(key, generation, "pod-create");
+    if (
+      createHeld && byOrdinal.size < replicas &&
+      !failures.some((f) => f.reason === REASON_POD_CREATE_REJECTED)
+    ) {
+      failures.push(held(REASON_POD_CREATE_REJECTED, createHeld));
+    }
+    for (let i = 0; i < replicas && !createHeld; i++) {
       if (byOrdinal.has(i)) continue;
       const pod = desiredPod(as, i, hash);
       try {
         const made = await client.create<Pod>(PODS, pod, { fieldManager: FIELD_MANAGER, signal });
+        rejected.succeeded(key, "pod-create");
         created++;
         logger.info("Created Pod", { pod: pod.metadata?.name, specHash: hash });
         events.record(as, {
@@ -511,6 +585,20 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           }
           continue;
         }
+        if (isWriteRejection(err)) {
+          // The other ordinals would be refused alike: one attempt per retry.
+          failures.push(
+            refusal(
+              key,
+              as,
+              "pod-create",
+              REASON_POD_CREATE_REJECTED,
+              `Pod ${pod.metadata?.name}`,
+              err,
+            ),
+          );
+          break;
+        }
         failures.push({
           reason: "FailedCreatePod",
           message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
@@ -518,38 +606,48 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       }
     }
 
-    // Service.
+    // Service: created with server-side apply; converged with a merge patch (service.ts).
     const wantSvc = desiredService(as);
-    const liveSvc = deps.services.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
+    let liveSvc: Service | undefined =
+      deps.services.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
+    const svcHeld = wantSvc ? rejected.held(key, generation, "service") : undefined;
     try {
-      if (wantSvc && !liveSvc) {
-        // Not in our cache: it may still exist, made by someone else. Never adopt it: taking
-        // over a foreign Service would reroute its traffic and delete it with the AppService.
-        const other = await client.get<Service>(SERVICES, name, { namespace: ns, signal })
-          .catch((err) => {
-            if (isNotFound(err)) return undefined;
-            throw err;
-          });
-        if (other && !other.metadata?.ownerReferences?.some((r) => r.uid === as.metadata.uid)) {
-          throw new ServiceConflict(`Service ${name} exists and is not owned by this AppService`);
+      if (svcHeld) {
+        failures.push(held(REASON_SERVICE_REJECTED, svcHeld));
+      } else if (wantSvc) {
+        if (!liveSvc) {
+          // Not in our cache: it may still exist, made by someone else. Never adopt it: taking
+          // over a foreign Service would reroute its traffic and delete it with the AppService.
+          const other = await client.get<Service>(SERVICES, name, { namespace: ns, signal })
+            .catch((err) => {
+              if (isNotFound(err)) return undefined;
+              throw err;
+            });
+          if (other && !other.metadata?.ownerReferences?.some((r) => r.uid === as.metadata.uid)) {
+            throw new ServiceConflict(`Service ${name} exists and is not owned by this AppService`);
+          }
+          liveSvc = other; // ours, but out of the cache's sight (e.g. its labels were changed)
         }
-      }
-      if (wantSvc && !(liveSvc && serviceMatches(liveSvc, wantSvc))) {
-        await client.patch<Service>(SERVICES, name, wantSvc, {
-          namespace: ns,
-          type: "apply",
-          fieldManager: FIELD_MANAGER,
-          force: true,
-          signal,
-        });
-        logger.info(liveSvc ? "Updated Service" : "Created Service", { service: name });
-        events.record(as, {
-          type: "Normal",
-          reason: liveSvc ? "ServiceUpdated" : "ServiceCreated",
-          action: liveSvc ? "Update" : "Create",
-          note: `${liveSvc ? "Updated" : "Created"} Service ${name}`,
-        });
-      } else if (!wantSvc && liveSvc && !liveSvc.metadata?.deletionTimestamp) {
+        if (!liveSvc || !serviceMatches(liveSvc, wantSvc)) {
+          const created = !liveSvc;
+          await client.patch<Service>(
+            SERVICES,
+            name,
+            liveSvc ? servicePatch(liveSvc, wantSvc) : wantSvc,
+            liveSvc
+              ? { namespace: ns, type: "merge", fieldManager: FIELD_MANAGER, signal }
+              : { namespace: ns, type: "apply", fieldManager: FIELD_MANAGER, force: true, signal },
+          );
+          logger.info(created ? "Created Service" : "Updated Service", { service: name });
+          events.record(as, {
+            type: "Normal",
+            reason: created ? "ServiceCreated" : "ServiceUpdated",
+            action: created ? "Create" : "Update",
+            note: `${created ? "Created" : "Updated"} Service ${name}`,
+          });
+        }
+        rejected.succeeded(key, "service");
+      } else if (liveSvc && !liveSvc.metadata?.deletionTimestamp) {
         await deleteIgnoringNotFound("Service", liveSvc, signal);
         logger.info("Deleted Service", { service: name });
         events.record(as, {
@@ -563,7 +661,11 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       rethrowIfAbortive(err);
       if (err instanceof ServiceConflict) {
         failures.push({ reason: "ServiceNameConflict", message: err.message });
-      } else if (!namespaceClosed(as, err)) {
+      } else if (namespaceClosed(as, err)) {
+        // Its namespace is being deleted (S21): not a failure; nothing more is created there.
+      } else if (wantSvc && isWriteRejection(err)) {
+        failures.push(refusal(key, as, "service", REASON_SERVICE_REJECTED, `Service ${name}`, err));
+      } else {
         failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
       }
     }
@@ -622,21 +724,21 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     ];
     const next = baseStatus(as, podsNow, conditions);
     const stuck = newCauses(counted, seenCauses.get(key), as.status?.podStatuses);
+    let statusOutdated = false;
     try {
       await writeStatus(as, next, signal);
     } catch (err) {
       if (isNotFound(err)) return;
-      if (isConflict(err)) {
-        // Computed from an older resourceVersion: the newer one's watch event is on its way.
-        logger.debug("Status not written: the AppService changed meanwhile; requeued", {
-          resourceVersion: as.metadata.resourceVersion,
-        });
-        return { requeue: true };
-      }
-      throw err;
+      if (!isConflict(err)) throw err;
+      // Computed from an older resourceVersion (409): not written; the newer one's watch event is
+      // on its way and the key is requeued. The failures of this round are still reported.
+      statusOutdated = true;
+      logger.debug("Status not written: the AppService changed meanwhile; requeued", {
+        resourceVersion: as.metadata.resourceVersion,
+      });
     }
-    seenCauses.set(key, stuck.signatures);
-    for (const { pod, cause } of stuck.occurrences) {
+    if (!statusOutdated) seenCauses.set(key, stuck.signatures);
+    for (const { pod, cause } of statusOutdated ? [] : stuck.occurrences) {
       events.record(as, {
         type: "Warning",
         reason: conditionReason(cause.reason),
@@ -647,6 +749,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     }
     if (failures.length > 0) {
       for (const f of failures) {
+        if (f.held) continue; // reported when it was refused
         events.record(as, {
           type: "Warning",
           reason: f.reason,
@@ -654,7 +757,18 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           note: f.message,
         });
       }
+      // Only refused writes: come back when the first one is due (or at once on a spec change,
+      // through the watch), not through the error backoff.
+      const due = rejected.nextDelayMs(key);
+      if (failures.every((f) => f.rejected) && due !== undefined) {
+        logger.info("A write was refused; retrying slowly", {
+          reasons: [...new Set(failures.map((f) => f.reason))].join(","),
+          retryInMs: due,
+        });
+        return { requeueAfterMs: due };
+      }
       throw new ReportedError(failures.map((f) => f.message).join("; "));
     }
+    if (statusOutdated) return { requeue: true };
   };
 }

@@ -13,7 +13,14 @@ import { type Static, type TSchema, Type } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 
-import { GROUP, KIND, PLURAL, VERSION } from "./api.ts";
+import { CONTAINER_NAME, GROUP, KIND, PLURAL, VERSION } from "./api.ts";
+import {
+  QUANTITY_MAX_LENGTH,
+  QUANTITY_PATTERN,
+  quantityIsInteger,
+  quantityNanos,
+} from "./quantity.ts";
+import { celRule, celString, checkRules } from "./rules.ts";
 export { APPSERVICES, FINALIZER, GROUP, KIND, PLURAL, VERSION } from "./api.ts";
 
 /**
@@ -28,61 +35,390 @@ export const IMAGE_PATTERN = "^" +
   "(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*" +
   "(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(?:@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$";
 
-/** A resource quantity ("500m", "128Mi", 2): int-or-string with the Kubernetes quantity form. */
-const Quantity = Type.Unsafe<string | number>({
+/** Message of the image validation rule (what users see instead of the regular expression). */
+export const IMAGE_MESSAGE: string =
+  "must be an image reference with a tag and/or a digest, e.g. nginx:1.27, " +
+  "localhost:5000/team/app:1.2.3 or ghcr.io/org/app@sha256:<64 hex digits>";
+
+/**
+ * `spec.image` as a CEL rule rather than a `pattern`, so a missing tag is reported as
+ * `spec.image: ... must be an image reference with a tag...` rather than as a 400-character
+ * regular expression. CEL's `matches` is RE2, as `pattern` is.
+ */
+const IMAGE_RE = new RegExp(IMAGE_PATTERN);
+const IMAGE_RULE = celRule({
+  rule: `self.matches(${celString(IMAGE_PATTERN)})`,
+  message: IMAGE_MESSAGE,
+}, (s: string) => IMAGE_RE.test(s));
+
+/** Message of the name validation rule. */
+export const NAME_MESSAGE: string =
+  "metadata.name must be at most 63 characters of lower-case letters, " +
+  "digits and '-', starting with a letter (it names the Service and labels the Pods)";
+const NAME_RULE = celRule({
+  rule: "self.metadata.name.size() <= 63 && " +
+    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+  message: NAME_MESSAGE,
+}, (o) => o.metadata.name.length <= 63 && /^[a-z]([-a-z0-9]*[a-z0-9])?$/.test(o.metadata.name));
+
+/** DNS-1123 subdomain (IsDNS1123Subdomain, k8s.io/apimachinery/pkg/util/validation). */
+export const DNS1123_SUBDOMAIN: string =
+  "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+/** Name part of a qualified name (IsQualifiedName): at most 63 characters. */
+export const QUALIFIED_NAME: string = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?";
+
+/**
+ * Environment variable names every Kubernetes version accepts: IsEnvVarName
+ * (`[-._a-zA-Z][-._a-zA-Z0-9]*`, not `.`, `..` or starting with `..`). Kubernetes 1.34+ relaxes
+ * this to printable ASCII except `=` (RelaxedEnvironmentVariableValidation); the CRD keeps the
+ * rule that holds on every cluster.
+ */
+export const ENV_NAME_PATTERN: string =
+  "^([-_a-zA-Z][-._a-zA-Z0-9]*|\\.[-_a-zA-Z0-9][-._a-zA-Z0-9]*)$";
+/** ConfigMap and Secret keys (IsConfigMapKey): `[-._a-zA-Z0-9]+`, not `.`, `..` or `..*`. */
+export const CONFIG_KEY_PATTERN =
+  "^([-_a-zA-Z0-9][-._a-zA-Z0-9]*|\\.[-_a-zA-Z0-9][-._a-zA-Z0-9]*)$";
+
+const ONE_E = quantityNanos("1E")!;
+const ONE_P = quantityNanos("1P")!;
+const Q_RE = new RegExp(QUANTITY_PATTERN);
+/** CEL: `x` (an int-or-string) is a quantity of our form (guards every `quantity()` call). */
+const celIsQ = (x: string) => `string(${x}).matches(${celString(QUANTITY_PATTERN)})`;
+/** CEL: the quantity of `x`. */
+const celQ = (x: string) => `quantity(string(${x}))`;
+const isQ = (v: unknown) =>
+  (typeof v === "number" || typeof v === "string") && Q_RE.test(String(v));
+
+/** Message of the quantity rule. */
+export const QUANTITY_MESSAGE: string =
+  "must be a quantity such as 500m, 2, 1.5Gi or 1e3: not negative, " +
+  "at most 1E, with an exponent of at most two digits";
+
+/**
+ * A resource quantity ("500m", "128Mi", 2): int-or-string. Not negative (ValidateNonnegativeQuantity),
+ * at most 1E (far above any container; it keeps every value inside int64 where the Pod API
+ * computes with it), and of the {@link QUANTITY_PATTERN} form.
+ */
+const Quantity = Type.Union([Type.Integer(), Type.String()], {
   "x-kubernetes-int-or-string": true,
-  anyOf: [{ type: "integer" }, { type: "string" }],
-  pattern:
-    "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+  maxLength: QUANTITY_MAX_LENGTH,
+  "x-kubernetes-validations": [
+    celRule({
+      rule: `${celIsQ("self")} && ${celQ("self")}.compareTo(quantity('1E')) <= 0`,
+      message: QUANTITY_MESSAGE,
+    }, (v) => {
+      const n = quantityNanos(v);
+      return n !== undefined && n <= ONE_E;
+    }),
+  ],
 });
+
+/** Divisors the Pod API accepts (validContainerResourceDivisorFor*, pkg/apis/core/validation). */
+const CPU_DIVISORS = ["1m", "1"];
+const BYTE_DIVISORS = [
+  "1",
+  "1k",
+  "1M",
+  "1G",
+  "1T",
+  "1P",
+  "1E",
+  "1Ki",
+  "1Mi",
+  "1Gi",
+  "1Ti",
+  "1Pi",
+  "1Ei",
+];
 
 const KeySelector = (what: string) =>
   Type.Object({
-    name: Type.Optional(Type.String({ description: `Name of the ${what}.` })),
-    key: Type.String({ description: `Key in the ${what}.` }),
+    name: Type.String({
+      maxLength: 253,
+      pattern: `^${DNS1123_SUBDOMAIN}$`,
+      description: `Name of the ${what} (a DNS-1123 subdomain).`,
+    }),
+    key: Type.String({
+      maxLength: 253,
+      pattern: CONFIG_KEY_PATTERN,
+      description: `Key in the ${what}.`,
+    }),
     optional: Type.Optional(Type.Boolean()),
   });
 
-/** core/v1 EnvVar. */
-export const EnvVar = Type.Object({
-  name: Type.String({ minLength: 1, description: "Environment variable name." }),
-  value: Type.Optional(Type.String()),
-  valueFrom: Type.Optional(Type.Object({
-    configMapKeyRef: Type.Optional(KeySelector("ConfigMap")),
-    secretKeyRef: Type.Optional(KeySelector("Secret")),
-    fieldRef: Type.Optional(Type.Object({
-      apiVersion: Type.Optional(Type.String()),
-      fieldPath: Type.String(),
-    })),
-    resourceFieldRef: Type.Optional(Type.Object({
-      containerName: Type.Optional(Type.String()),
-      resource: Type.String(),
-      divisor: Type.Optional(Quantity),
-    })),
-  })),
+/** Downward API field paths a container's env may read (validEnvDownwardAPIFieldPathExpressions). */
+export const FIELD_PATH_PATTERN: string =
+  "^(metadata\\.(name|namespace|uid)|spec\\.(nodeName|serviceAccountName)|" +
+  "status\\.(hostIPs?|podIPs?)|" +
+  `metadata\\.(labels|annotations)\\['(${DNS1123_SUBDOMAIN}/)?${QUALIFIED_NAME}'\\])$`;
+const FIELD_PATH_RE = new RegExp(FIELD_PATH_PATTERN);
+
+/** core/v1 ObjectFieldSelector as an env source (validateObjectFieldSelector). */
+const FieldRef = Type.Object({
+  apiVersion: Type.Optional(Type.Literal("v1", { description: "Only v1." })),
+  fieldPath: Type.String({
+    maxLength: 341,
+    description: "metadata.name, metadata.namespace, metadata.uid, spec.nodeName, " +
+      "spec.serviceAccountName, status.hostIP(s), status.podIP(s), metadata.labels['<key>'] or " +
+      "metadata.annotations['<key>'].",
+    "x-kubernetes-validations": [
+      celRule(
+        {
+          rule: `self.matches(${celString(FIELD_PATH_PATTERN)}) && ` +
+            "(!self.contains('/') || self.indexOf('/') - self.indexOf('[') - 2 <= 253)",
+          message: "must be metadata.name, metadata.namespace, metadata.uid, spec.nodeName, " +
+            "spec.serviceAccountName, status.hostIP, status.hostIPs, status.podIP, status.podIPs, " +
+            "metadata.labels['<key>'] or metadata.annotations['<key>'] (a label key)",
+        },
+        (s: string) =>
+          FIELD_PATH_RE.test(s) && (!s.includes("/") || s.indexOf("/") - s.indexOf("[") - 2 <= 253),
+      ),
+    ],
+  }),
 });
 
-/** core/v1 ContainerPort. */
+/** core/v1 ResourceFieldSelector as an env source (validateContainerResourceFieldSelector). */
+const ResourceFieldRef = Type.Object({
+  containerName: Type.Optional(Type.Literal(CONTAINER_NAME, {
+    description: `The one container, "${CONTAINER_NAME}" (default).`,
+  })),
+  resource: Type.String({
+    maxLength: 100,
+    pattern: "^(limits|requests)\\.(cpu|memory|ephemeral-storage|hugepages-.*)$",
+    description: "limits.cpu, requests.memory, limits.ephemeral-storage, requests.hugepages-2Mi...",
+  }),
+  divisor: Type.Optional(Type.Union([Type.Integer(), Type.String()], {
+    "x-kubernetes-int-or-string": true,
+    maxLength: 8,
+  })),
+}, {
+  "x-kubernetes-validations": [
+    celRule({
+      rule: "!has(self.divisor) || string(self.divisor) in (self.resource.endsWith('.cpu') ? " +
+        `${JSON.stringify(CPU_DIVISORS)} : ${JSON.stringify(BYTE_DIVISORS)})`,
+      message: `must be ${CPU_DIVISORS.join(" or ")} for cpu, and one of ${
+        BYTE_DIVISORS.join(", ")
+      } for memory, ephemeral-storage and hugepages`,
+      fieldPath: ".divisor",
+    }, (r) =>
+      r.divisor === undefined ||
+      (r.resource.endsWith(".cpu") ? CPU_DIVISORS : BYTE_DIVISORS).includes(String(r.divisor))),
+  ],
+});
+
+const ENV_SOURCES = ["fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef"] as const;
+
+/** core/v1 EnvVar (ValidateEnv, validateEnvVarValueFrom). */
+export const EnvVar = Type.Object({
+  name: Type.String({
+    minLength: 1,
+    pattern: ENV_NAME_PATTERN,
+    description: "Environment variable name (letters, digits, '_', '-', '.'; not starting " +
+      "with a digit or '..').",
+  }),
+  value: Type.Optional(Type.String()),
+  valueFrom: Type.Optional(Type.Object({
+    fieldRef: Type.Optional(FieldRef),
+    resourceFieldRef: Type.Optional(ResourceFieldRef),
+    configMapKeyRef: Type.Optional(KeySelector("ConfigMap")),
+    secretKeyRef: Type.Optional(KeySelector("Secret")),
+  }, {
+    "x-kubernetes-validations": [
+      celRule({
+        rule: ENV_SOURCES.map((k) => `(has(self.${k}) ? 1 : 0)`).join(" + ") + " == 1",
+        message: `must set exactly one of ${ENV_SOURCES.join(", ")}`,
+      }, (v) => ENV_SOURCES.filter((k) => v[k] !== undefined).length === 1),
+    ],
+  })),
+}, {
+  "x-kubernetes-validations": [
+    celRule({
+      rule: "!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",
+      message: "may not be set when value is not empty",
+      fieldPath: ".valueFrom",
+    }, (e) => e.valueFrom === undefined || !e.value),
+  ],
+});
+
+/** IANA_SVC_NAME (IsValidPortName): the Pod's and the Service's port names. */
+const PORT_NAME_MESSAGE = "must be an IANA service name: at most 15 lower-case letters, digits " +
+  "and single inner hyphens, with at least one letter (e.g. http, metrics-2)";
+
+/** core/v1 ContainerPort (validateContainerPorts). */
 export const ContainerPort = Type.Object({
   containerPort: Type.Integer({ minimum: 1, maximum: 65535, description: "Port number." }),
   name: Type.Optional(Type.String({
     maxLength: 15,
-    pattern: "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$",
     description: "IANA_SVC_NAME; also the Service port name.",
+    "x-kubernetes-validations": [
+      celRule({
+        rule: "self.matches('^[a-z0-9]+(-[a-z0-9]+)*$') && self.matches('[a-z]')",
+        message: PORT_NAME_MESSAGE,
+      }, (n: string) => /^[a-z0-9]+(-[a-z0-9]+)*$/.test(n) && /[a-z]/.test(n)),
+    ],
   })),
   protocol: Type.Optional(Type.Union([
     Type.Literal("TCP"),
     Type.Literal("UDP"),
     Type.Literal("SCTP"),
   ], { default: "TCP" })),
-  hostIP: Type.Optional(Type.String()),
+  hostIP: Type.Optional(Type.String({ maxLength: 45 })),
   hostPort: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
 });
 
-/** core/v1 ResourceRequirements (limits, requests). */
+type PortT = {
+  name?: string;
+  containerPort: number;
+  protocol?: string;
+  hostIP?: string;
+  hostPort?: number;
+};
+
+/**
+ * The port list: at most one entry per containerPort and protocol (list-map keys, as
+ * core/v1 Container.ports declares them; the Service refuses a duplicate port/protocol), unique
+ * names (validateContainerPorts, validateServicePort) and unique host ports per protocol and
+ * hostIP (AccumulateUniqueHostPorts).
+ */
+const Ports = Type.Array(ContainerPort, {
+  maxItems: 20,
+  "x-kubernetes-list-type": "map",
+  "x-kubernetes-list-map-keys": ["containerPort", "protocol"],
+  "x-kubernetes-validations": [
+    celRule(
+      {
+        rule: "self.all(p, !has(p.name) || self.exists_one(q, has(q.name) && q.name == p.name))",
+        message: "port names must be unique (each names a port of the Pod and of the Service)",
+      },
+      (ps: PortT[]) =>
+        ps.every((p) => p.name === undefined || ps.filter((q) => q.name === p.name).length === 1),
+    ),
+    celRule({
+      rule: "self.all(p, !has(p.hostPort) || self.exists_one(q, has(q.hostPort) && " +
+        "q.hostPort == p.hostPort && q.protocol == p.protocol && " +
+        "(has(q.hostIP) ? q.hostIP : '') == (has(p.hostIP) ? p.hostIP : '')))",
+      message: "hostPort must be unique per protocol and hostIP",
+    }, (ps: PortT[]) =>
+      ps.every((p) =>
+        p.hostPort === undefined ||
+        ps.filter((q) =>
+            q.hostPort === p.hostPort && q.protocol === p.protocol &&
+            (q.hostIP ?? "") === (p.hostIP ?? "")
+          ).length === 1
+      )),
+  ],
+});
+
+/** Resource names a container may ask for (validateContainerResourceName). */
+export const HUGEPAGES_PATTERN: string = "^hugepages-[1-9][0-9]{0,3}(Ki|Mi|Gi)$";
+/** Extended resources `<domain>/<name>` (IsExtendedResourceName); `*kubernetes.io/` is native. */
+export const EXTENDED_RESOURCE_PATTERN: string = `^${DNS1123_SUBDOMAIN}/${QUALIFIED_NAME}$`;
+const HUGEPAGES_RE = new RegExp(HUGEPAGES_PATTERN);
+const EXTENDED_RE = new RegExp(EXTENDED_RESOURCE_PATTERN);
+const STANDARD_RESOURCES = ["cpu", "memory", "ephemeral-storage"];
+/** Not overcommittable: requests must equal limits (IsOvercommitAllowed is false). */
+const celExact = (k: string) => `(${k}.contains('/') || ${k}.startsWith('hugepages-'))`;
+const isExact = (k: string) => k.includes("/") || k.startsWith("hugepages-");
+const isResourceName = (k: string) =>
+  STANDARD_RESOURCES.includes(k) || HUGEPAGES_RE.test(k) ||
+  (EXTENDED_RE.test(k) && !k.startsWith("requests.") && !k.includes("kubernetes.io/") &&
+    k.indexOf("/") <= 244);
+
+/** core/v1 ResourceList: resource name -> quantity. */
+const ResourceList = Type.Record(Type.String(), Quantity, {
+  maxProperties: 8,
+  "x-kubernetes-validations": [
+    celRule({
+      rule: `self.all(k, k in ${JSON.stringify(STANDARD_RESOURCES)} || ` +
+        `k.matches(${celString(HUGEPAGES_PATTERN)}) || ` +
+        `(k.matches(${celString(EXTENDED_RESOURCE_PATTERN)}) && !k.startsWith('requests.') && ` +
+        "!k.contains('kubernetes.io/') && k.indexOf('/') <= 244))",
+      message: "resource names must be cpu, memory, ephemeral-storage, hugepages-<n>Ki|Mi|Gi " +
+        "or an extended resource <domain>/<name> (e.g. example.com/gpu; not *kubernetes.io/)",
+    }, (l: Record<string, unknown>) => Object.keys(l).every(isResourceName)),
+    celRule({
+      rule: `self.all(k, !k.contains('/') || !${celIsQ("self[k]")} || ` +
+        `(${celQ("self[k]")}.isInteger() && ${celQ("self[k]")}.compareTo(quantity('1P')) <= 0))`,
+      message: "extended resources (<domain>/<name>) must be whole numbers of at most 1P",
+    }, (l: Record<string, unknown>) =>
+      Object.entries(l).every(([k, v]) => {
+        const n = quantityNanos(v);
+        return !k.includes("/") || !isQ(v) ||
+          (n !== undefined && quantityIsInteger(v) && n <= ONE_P);
+      })),
+    celRule({
+      rule: `self.all(k, !k.matches(${celString(HUGEPAGES_PATTERN)}) || !${celIsQ("self[k]")} || ` +
+        `(${celQ("self[k]")}.isInteger() && ` +
+        `${celQ("self[k]")}.asInteger() % quantity(k.substring(10)).asInteger() == 0))`,
+      message: "hugepages-<size> must be a whole multiple of <size>",
+    }, (l: Record<string, unknown>) =>
+      Object.entries(l).every(([k, v]) => {
+        const n = quantityNanos(v);
+        const page = quantityNanos(k.slice(10));
+        return !HUGEPAGES_RE.test(k) || !isQ(v) ||
+          (n !== undefined && page !== undefined && quantityIsInteger(v) && n % page === 0n);
+      })),
+  ],
+});
+
+type ResourcesT = { limits?: Record<string, unknown>; requests?: Record<string, unknown> };
+
+/**
+ * core/v1 ResourceRequirements (limits, requests), with the Pod API's rules across the two maps
+ * (validateResourceRequirements): a request at most its limit, equal to it for hugepages and
+ * extended resources, which also need a limit; hugepages need cpu or memory.
+ */
 export const ResourceRequirements = Type.Object({
-  limits: Type.Optional(Type.Record(Type.String(), Quantity)),
-  requests: Type.Optional(Type.Record(Type.String(), Quantity)),
+  limits: Type.Optional(ResourceList),
+  requests: Type.Optional(ResourceList),
+}, {
+  "x-kubernetes-validations": [
+    celRule({
+      rule: "!has(self.requests) || !has(self.limits) || self.requests.all(k, " +
+        `!(k in self.limits) || !${celIsQ("self.requests[k]")} || !${
+          celIsQ("self.limits[k]")
+        } || ` +
+        `(${celExact("k")} ? ${celQ("self.requests[k]")}.compareTo(${
+          celQ("self.limits[k]")
+        }) == 0` +
+        ` : ${celQ("self.requests[k]")}.compareTo(${celQ("self.limits[k]")}) <= 0))`,
+      message: "a request must not exceed its limit (and must equal it for hugepages and " +
+        "extended resources)",
+      fieldPath: ".requests",
+    }, (r: ResourcesT) =>
+      Object.entries(r.requests ?? {}).every(([k, v]) => {
+        if (!r.limits || !(k in r.limits) || !isQ(v) || !isQ(r.limits[k])) return true;
+        const req = quantityNanos(v), lim = quantityNanos(r.limits[k]);
+        if (req === undefined || lim === undefined) return false;
+        return isExact(k) ? req === lim : req <= lim;
+      })),
+    celRule(
+      {
+        rule: "!has(self.requests) || self.requests.all(k, " +
+          `!${celExact("k")} || (has(self.limits) && k in self.limits))`,
+        message: "hugepages and extended resources that are requested need a limit (equal to " +
+          "the request)",
+        fieldPath: ".limits",
+        reason: "FieldValueRequired",
+      },
+      (r: ResourcesT) =>
+        Object.keys(r.requests ?? {}).every((k) =>
+          !isExact(k) || (r.limits !== undefined && k in r.limits)
+        ),
+    ),
+    celRule({
+      rule: "!((has(self.limits) && self.limits.exists(k, k.startsWith('hugepages-'))) || " +
+        "(has(self.requests) && self.requests.exists(k, k.startsWith('hugepages-')))) || " +
+        "(has(self.limits) && ('cpu' in self.limits || 'memory' in self.limits)) || " +
+        "(has(self.requests) && ('cpu' in self.requests || 'memory' in self.requests))",
+      message: "hugepages need a cpu or memory request or limit",
+      reason: "FieldValueForbidden",
+    }, (r: ResourcesT) => {
+      const keys = [...Object.keys(r.limits ?? {}), ...Object.keys(r.requests ?? {})];
+      return !keys.some((k) => k.startsWith("hugepages-")) ||
+        keys.some((k) => k === "cpu" || k === "memory");
+    }),
+  ],
 });
 
 /** Restart policies a Pod accepts. */
@@ -97,7 +433,7 @@ export const AppServiceSpec = Type.Object({
   image: Type.String({
     minLength: 1,
     maxLength: 512,
-    pattern: IMAGE_PATTERN,
+    "x-kubernetes-validations": [IMAGE_RULE],
     description: "Container image with a tag and/or digest, e.g. nginx:1.27 or " +
       "ghcr.io/org/app@sha256:<64 hex>.",
   }),
@@ -108,8 +444,14 @@ export const AppServiceSpec = Type.Object({
     description: "Number of Pods (1 to 10).",
   })),
   resources: Type.Optional(ResourceRequirements),
-  env: Type.Optional(Type.Array(EnvVar, { maxItems: 100 })),
-  ports: Type.Optional(Type.Array(ContainerPort, { maxItems: 20 })),
+  env: Type.Optional(Type.Array(EnvVar, {
+    maxItems: 100,
+    // One entry per name, as core/v1 Container.env declares it (a later duplicate would silently
+    // hide an earlier one).
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["name"],
+  })),
+  ports: Type.Optional(Ports),
   restartPolicy: Type.Optional(RestartPolicy),
 });
 
@@ -210,15 +552,18 @@ export function validateSpec(spec: unknown): { spec: AppServiceSpecT; errors: st
     structuredClone(spec ?? {}),
   ) as AppServiceSpecT;
   const errors = [...Value.Errors(AppServiceSpec, withDefaults)].map((e) =>
-    `spec${e.path.replaceAll("/", ".")}: ${e.message}`
+    `spec${e.path.replace(/\/([0-9]+)(?=\/|$)/g, "[$1]").replaceAll("/", ".")}: ${e.message}`
   );
-  return { spec: withDefaults, errors };
+  // CEL rules (their twins) and list-map keys, which TypeBox does not know.
+  checkRules(AppServiceSpec, withDefaults, "spec", errors);
+  return { spec: withDefaults, errors: [...new Set(errors)] };
 }
 
 /**
  * Turns a TypeBox schema into a structural OpenAPI v3 schema as apiextensions.k8s.io/v1 wants it:
  * symbol keys dropped, `patternProperties` of a Record become `additionalProperties`, and a union
- * of string literals becomes `type: string` with `enum` (the apiserver has no `const`).
+ * of string literals becomes `type: string` with `enum` (the apiserver has no `const`; a single
+ * literal becomes a one-value `enum`).
  */
 export function toStructural(schema: TSchema): Record<string, unknown> {
   // deno-lint-ignore no-explicit-any
@@ -233,44 +578,23 @@ export function toStructural(schema: TSchema): Record<string, unknown> {
       delete out.patternProperties;
       if (values.length === 1) out.additionalProperties = values[0];
     }
+    if (typeof out.const === "string") {
+      out.enum = [out.const];
+      delete out.const;
+    }
     if (
       Array.isArray(out.anyOf) && out.anyOf.length > 0 &&
       // deno-lint-ignore no-explicit-any
-      out.anyOf.every((a: any) => typeof a.const === "string")
+      out.anyOf.every((a: any) => a.enum?.length === 1 && typeof a.enum[0] === "string")
     ) {
       // deno-lint-ignore no-explicit-any
-      out.enum = out.anyOf.map((a: any) => a.const);
+      out.enum = out.anyOf.map((a: any) => a.enum[0]);
       out.type = "string";
       delete out.anyOf;
     }
     return out;
   };
   return walk(JSON.parse(JSON.stringify(schema)));
-}
-
-/** Message of the name validation rule. */
-export const NAME_MESSAGE = "metadata.name must be at most 63 characters of lower-case letters, " +
-  "digits and '-', starting with a letter (it names the Service and labels the Pods)";
-
-/** Message of the image validation rule (what users see instead of the regular expression). */
-export const IMAGE_MESSAGE =
-  "must be an image reference with a tag and/or a digest, e.g. nginx:1.27, " +
-  "localhost:5000/team/app:1.2.3 or ghcr.io/org/app@sha256:<64 hex digits>";
-
-/**
- * Replaces the `pattern` of `spec.image` with an equivalent CEL rule carrying a readable message,
- * so a missing tag is reported as `spec.image: ... must be an image reference with a tag...`
- * rather than as a 400-character regular expression. CEL's `matches` is RE2, as `pattern` is.
- */
-function withReadableImageError(spec: Record<string, unknown>): Record<string, unknown> {
-  // deno-lint-ignore no-explicit-any
-  const image = (spec as any).properties.image;
-  delete image.pattern;
-  image["x-kubernetes-validations"] = [{
-    rule: `self.matches(${JSON.stringify(IMAGE_PATTERN)})`,
-    message: IMAGE_MESSAGE,
-  }];
-  return spec;
 }
 
 /** The CustomResourceDefinition (apiextensions.k8s.io/v1) for AppService. */
@@ -329,16 +653,12 @@ export function appServiceCrd(): Record<string, unknown> {
             required: ["spec"],
             // The name becomes the Service's name (a DNS-1035 label) and a label value (63
             // characters at most), so a name that cannot be used is refused at once.
-            "x-kubernetes-validations": [{
-              rule: "self.metadata.name.size() <= 63 && " +
-                "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
-              message: NAME_MESSAGE,
-            }],
+            "x-kubernetes-validations": [NAME_RULE],
             properties: {
               apiVersion: { type: "string" },
               kind: { type: "string" },
               metadata: { type: "object" },
-              spec: withReadableImageError(toStructural(AppServiceSpec)),
+              spec: toStructural(AppServiceSpec),
               status: toStructural(AppServiceStatus),
             },
           },

@@ -17,6 +17,10 @@
  *   `leaderElect`), each once its own informers have synced. A lost Lease fences every
  *   controller at once (in-flight writes aborted) and {@link Manager.run} resolves with exit
  *   code 1.
+ * - `/metrics` is served on every replica, leading or not: plain HTTP by default
+ *   (controller-runtime's `SecureServing` default), or with `metricsSecure` over HTTPS with each
+ *   request authenticated (TokenReview) and authorized (SubjectAccessReview) through a client of
+ *   its own (metrics_server.ts, delegated_auth.ts). `/healthz` and `/readyz` stay plain HTTP.
  * - With `leaderElect`, the elector's `LeaseFence` (leader.ts) is put on `client` as its write
  *   fence: no write of this process (reconcilers, Events) leaves unless, at the moment it is sent,
  *   this replica holds the Lease and its last renewal is younger than the renew deadline (S13).
@@ -37,6 +41,7 @@ import {
   controllerOwnerKeys,
   type Informer,
 } from "./controller.ts";
+import { DelegatedAuth, kubeReviewer, REVIEW_TIMEOUT_MS } from "./delegated_auth.ts";
 import { EventRecorder, type EventRecorderOptions } from "./events.ts";
 import {
   checksHandler,
@@ -53,6 +58,7 @@ import {
 } from "./leader.ts";
 import { errorText, log } from "./log.ts";
 import { Metrics } from "./metrics.ts";
+import { startMetricsServer } from "./metrics_server.ts";
 import { passes, type Predicate } from "./predicates.ts";
 import { DEFAULT_WATCH_IDLE_TIMEOUT_MS, Reflector, type ReflectorEvent } from "./reflector.ts";
 import {
@@ -82,6 +88,22 @@ export interface ManagerOptions {
   metrics?: Metrics;
   /** Address of `/metrics`: `host:port`, `:port` or `0` (disabled, the default). */
   metricsBindAddress?: string;
+  /**
+   * Serve `/metrics` over HTTPS and let only requests through whose bearer token the apiserver
+   * authenticates (TokenReview) and authorizes for `get` on `/metrics` (SubjectAccessReview);
+   * default false (plain HTTP), controller-runtime's `SecureServing` default. See
+   * metrics_server.ts and delegated_auth.ts.
+   */
+  metricsSecure?: boolean;
+  /** With `metricsSecure`: folder of tls.crt and tls.key (re-read every 10 s); "" self-signed. */
+  metricsCertDir?: string;
+  /**
+   * With `metricsSecure`: the client that creates the TokenReviews and SubjectAccessReviews
+   * (needs `create` on both). Default: a client of its own on `client.config`, closed by
+   * {@link Manager.run}. Give one that no write fence and no reconcile rate limit applies to:
+   * every replica, leader or not, answers scrapes, and a review changes nothing.
+   */
+  metricsAuthClient?: KubeClient;
   /** Address of `/healthz` and `/readyz`: `host:port`, `:port` or `0` (disabled, the default). */
   healthProbeBindAddress?: string;
   /** Reconcile only while holding the Lease (several replicas); default false: always. */
@@ -120,6 +142,7 @@ export const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS = 30_000;
 /** Options that stay optional after defaults: per-controller defaults, and the Lease client. */
 type StillOptional =
   | "leaderElectionClient"
+  | "metricsAuthClient"
   | "maxConcurrentReconciles"
   | "reconcileTimeoutMs"
   | "syncPeriodMs";
@@ -161,6 +184,8 @@ export class Manager {
       ...o,
       metrics: o.metrics ?? new Metrics(),
       metricsBindAddress: o.metricsBindAddress ?? "0",
+      metricsSecure: o.metricsSecure ?? false,
+      metricsCertDir: o.metricsCertDir ?? "",
       healthProbeBindAddress: o.healthProbeBindAddress ?? "0",
       leaderElect: o.leaderElect ?? false,
       leaderElectionNamespace: o.leaderElectionNamespace || o.client.config.namespace,
@@ -502,14 +527,41 @@ export class Manager {
       this.ports.health = s.port;
     }
     const metricsAddr = parseBindAddress(o.metricsBindAddress);
+    let ownAuthClient: KubeClient | undefined;
     if (metricsAddr) {
-      const s = serveRoutes(metricsAddr, {
-        "/metrics": async () =>
-          new Response(await o.metrics.text(), {
-            headers: { "Content-Type": o.metrics.registry.contentType },
+      let auth: DelegatedAuth | undefined;
+      if (o.metricsSecure) {
+        const reviewClient = o.metricsAuthClient ??
+          (ownAuthClient = new KubeClient(o.client.config, {
+            maxRetries: 0,
+            requestTimeoutMs: REVIEW_TIMEOUT_MS,
+          }));
+        auth = new DelegatedAuth({ reviewer: kubeReviewer(reviewClient) });
+      }
+      try {
+        const s = await startMetricsServer({
+          address: metricsAddr,
+          metrics: async () => ({
+            text: await o.metrics.text(),
+            contentType: o.metrics.registry.contentType,
           }),
-      }, servers.signal);
-      this.ports.metrics = s.port;
+          secure: auth && { auth, certDir: o.metricsCertDir },
+          signal: servers.signal,
+          log: log("metrics"),
+        });
+        this.ports.metrics = s.port;
+        this.#log.info("Serving metrics", {
+          port: s.port,
+          secure: o.metricsSecure,
+          certificate: s.certificate?.source,
+        });
+      } catch (err) {
+        servers.abort();
+        informers.abort();
+        ownAuthClient?.close();
+        unwatchConnection();
+        throw err;
+      }
     }
     this.#log.info("Started", {
       identity: o.identity,
@@ -625,6 +677,7 @@ export class Manager {
     ownLeaseClient?.close();
     informers.abort();
     servers.abort();
+    ownAuthClient?.close();
     unwatchConnection();
     signal.removeEventListener("abort", onSignal);
     this.#log.info("Stopped", { exitCode });

@@ -33,7 +33,6 @@ import {
   CLUSTER_ROLES,
   mintToken,
   RBAC,
-  RESOURCE_QUOTAS,
   ROLE_BINDINGS,
   ROLES,
   rt,
@@ -65,13 +64,14 @@ Deno.test("controller: a failing reconcile is retried with growing delay; the pr
   await installCrd();
   const c = await admin();
   const ns = await newNamespace("retry");
-  // No Pod may be created in this namespace: every create answers 403 Forbidden.
-  await c.create(RESOURCE_QUOTAS, {
+  // A Pod of the name the AppService wants, not its own: every reconcile fails (PodNameConflict).
+  // (Not a quota or policy: a write the apiserver refuses is retried slowly instead, S19.)
+  await c.create<Pod>(PODS, {
     apiVersion: "v1",
-    kind: "ResourceQuota",
-    metadata: { name: "no-pods", namespace: ns },
-    spec: { hard: { pods: "0" } },
-  } as KubeObject);
+    kind: "Pod",
+    metadata: { name: "q-0", namespace: ns },
+    spec: { containers: [{ name: "c", image: "nginx:1.27" }] },
+  });
   const op = await startOperator([`--watch-namespace=${ns}`]);
   try {
     await op.waitReady();
@@ -81,12 +81,12 @@ Deno.test("controller: a failing reconcile is retried with growing delay; the pr
     const errors0 = metricSum(m0, "controller_runtime_reconcile_errors_total", labels);
     await c.create(APPSERVICES as never, appService(ns, "q", { image: "nginx:1.27" }));
 
-    const degraded = await waitFor("Degraded=True FailedCreatePod", async () => {
+    const degraded = await waitFor("Degraded=True PodNameConflict", async () => {
       const a = await getAs(ns, "q");
       const d = condition(a, "Degraded");
-      return d?.status === "True" && d.reason === "FailedCreatePod" ? d : undefined;
+      return d?.status === "True" && d.reason === "PodNameConflict" ? d : undefined;
     }, 30_000);
-    assert(/forbidden|exceeded quota/i.test(degraded.message ?? ""), degraded.message);
+    assert(/not owned/i.test(degraded.message ?? ""), degraded.message);
     assertEquals(condition(await getAs(ns, "q"), "Ready")?.status, "False");
 
     // Logged with its key, retried with a growing delay (5 ms doubling).
@@ -105,7 +105,7 @@ Deno.test("controller: a failing reconcile is retried with growing delay; the pr
       assertEquals(e.level, "ERROR");
       assertEquals(e.properties?.controller, "appservice");
       assert(typeof e.properties?.reconcileID === "string");
-      assert(/403|Forbidden|quota/i.test(String(e.properties?.error)), String(e.properties?.error));
+      assert(/not owned/i.test(String(e.properties?.error)), String(e.properties?.error));
     }
     const delays = errs.map((e) => e.properties?.retryInMs as number);
     assertEquals(delays.slice(0, 6), [5, 10, 20, 40, 80, 160], `delays ${delays}`);
@@ -132,14 +132,15 @@ Deno.test("controller: a failing reconcile is retried with growing delay; the pr
     assertEquals(h.status, 200);
 
     // Once the cause is gone, the next retry succeeds (the backoff may have grown to seconds).
-    await c.delete(RESOURCE_QUOTAS, "no-pods", { namespace: ns });
-    const ready = await waitFor("Ready after the quota is gone", async () => {
+    await c.delete(PODS, "q-0", { namespace: ns, gracePeriodSeconds: 0 });
+    const ready = await waitFor("Ready after the other Pod is gone", async () => {
       const a = await getAs(ns, "q");
       return a.status?.ready ? a : undefined;
     }, 90_000);
     assertEquals(condition(ready, "Degraded")?.status, "False");
     assertEquals(condition(ready, "Ready")?.status, "True");
-    await c.get<Pod>(PODS, "q-0", { namespace: ns });
+    const pod = await c.get<Pod>(PODS, "q-0", { namespace: ns });
+    assert(pod.metadata?.ownerReferences?.some((r) => r.controller && r.name === "q"));
     assert(await isRunning(op));
   } finally {
     assertEquals(await op.stop(), 0);

@@ -183,7 +183,7 @@ export interface Operator {
   stderr(): string;
   /** Waits until /readyz answers 200. */
   waitReady(timeoutMs?: number): Promise<void>;
-  /** GET /metrics text. */
+  /** GET /metrics text (plain HTTP: the harness's default `--metrics-secure=false`). */
   metrics(): Promise<string>;
   /** GET /readyz: status and body. */
   readyz(): Promise<{ status: number; body: string }>;
@@ -210,6 +210,10 @@ export async function startOperator(
   const metricsPort = freePort();
   const perms = await startPermissionFlags();
   const hasKubeconfig = args.some((a) => a.startsWith("--kubeconfig"));
+  // The operator's /metrics in plain HTTP (what `op.metrics()` reads), unless the test chooses the
+  // mode itself; other programs (examples) have no such flag.
+  const plainMetrics = entry === `${REPO}/main.ts` &&
+    !args.some((a) => /^--(no-)?metrics-secure\b/.test(a));
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -218,6 +222,7 @@ export async function startOperator(
       ...(hasKubeconfig ? [] : [`--kubeconfig=${info.kubeconfig}`]),
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      ...(plainMetrics ? ["--metrics-secure=false"] : []),
       ...args,
     ],
     env: { KUBECONFIG: "", ...env },

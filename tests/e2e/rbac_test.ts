@@ -1,9 +1,12 @@
 /**
  * Least privilege, end to end: deploy/'s RBAC applied, a token minted for its ServiceAccount with
  * the TokenRequest API, the operator run with a kubeconfig holding only that token (and
- * --leader-elect), the main scenario (create, a crash-looping Pod reported twice, scale, update,
- * delete). Then, from the audit log: no request of the operator was forbidden, and every verb the
- * RBAC grants was used (patch on events: the Event series count).
+ * --leader-elect, --metrics-secure), the main scenario (create, a crash-looping Pod reported twice,
+ * scale, update, delete) and one scrape of /metrics by a ServiceAccount bound to deploy/'s
+ * metrics-reader ClusterRole (the operator's TokenReview and SubjectAccessReview). Then, from the
+ * audit log: no request of the operator was forbidden, and every verb the RBAC grants was used
+ * (patch on events: the Event series count; create on tokenreviews and subjectaccessreviews: the
+ * scrape).
  */
 import { assertEquals } from "../assert.ts";
 import type { KubeObject } from "../../lib/kube/client.ts";
@@ -25,6 +28,12 @@ import {
 } from "./harness.ts";
 import { auditEvents, describe } from "./audit.ts";
 import { applyDeployRbac, mintToken, writeTokenKubeconfig } from "./resources.ts";
+import {
+  bindMetricsReader,
+  createServiceAccounts,
+  scrape,
+  servedCertificate,
+} from "./secure_metrics.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 
@@ -87,9 +96,25 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
   });
   const ns = await newNamespace("rbac");
   const since = Date.now();
-  const op = await startOperator([`--kubeconfig=${kubeconfig}`, "--leader-elect"]);
+  await createServiceAccounts(ns, ["scraper"]);
+  const unbind = await bindMetricsReader(`e2e-${ns}-scraper`, ns, ["scraper"]);
+  const op = await startOperator([
+    `--kubeconfig=${kubeconfig}`,
+    "--leader-elect",
+    "--metrics-secure",
+  ]);
+  let tls: Deno.HttpClient | undefined;
   try {
     await op.waitReady();
+    tls = Deno.createHttpClient({ caCerts: [await servedCertificate(op.metricsPort)] });
+    await t.step("a scrape of the secure /metrics by a metrics-reader: 200", async () => {
+      const r = await scrape(
+        `https://127.0.0.1:${op.metricsPort}/metrics`,
+        tls!,
+        await mintToken(c, ns, "scraper", 3600),
+      );
+      assertEquals(r.status, 200);
+    });
     await t.step(
       "main scenario as the ServiceAccount: create, crash loop, scale, update, delete",
       async () => {
@@ -150,6 +175,8 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
     const logged = op.logs().find((l) => l.message === "Connected");
     assertEquals((logged?.properties as Record<string, unknown>)?.user, SA_USER);
   } finally {
+    tls?.close();
+    await unbind();
     assertEquals(await op.stop(), 0);
     await dropNamespace(ns);
     await Deno.remove(dir, { recursive: true });

@@ -25,6 +25,7 @@ import {
   waitFor,
 } from "./harness.ts";
 import { describe, operatorWrites } from "./audit.ts";
+import { denyPolicy, podRefused } from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 
@@ -46,6 +47,21 @@ async function settled(c: KubeClient, ns: string, name: string, n: number, timeo
       pods.every((p) => !p.metadata?.deletionTimestamp && isPodReady(p));
     return ok ? { as: a, pods } : undefined;
   }, timeoutMs);
+}
+
+/**
+ * A ValidatingAdmissionPolicy (and binding) refusing to create Pods in `ns` whose image ends with
+ * `suffix`; resolves once it is in force, with a function removing it.
+ */
+async function denyPods(c: KubeClient, ns: string, tag: string, suffix: string) {
+  const remove = await denyPolicy(c, `e2e-deny-${tag}-${ns}`, ns, {
+    resource: "pods",
+    operations: ["CREATE"],
+    expression: `!object.spec.containers.exists(c, c.image.endsWith('${suffix}'))`,
+    message: `images ending ${suffix} blocked by test`,
+  });
+  await podRefused(c, ns, `nginx${suffix}`);
+  return remove;
 }
 
 /**
@@ -326,29 +342,29 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
     });
 
     await t.step(
-      "a template the Pod API rejects keeps the running Pods (dry run first)",
+      "a template an admission policy refuses keeps the running Pods (dry run first)",
       async () => {
         await c.create(AS, appService(ns, "guard", { image: "nginx:1.27" }));
         const { pods } = await settled(c, ns, "guard", 1);
         const uid = pods[0].metadata!.uid;
-        await c.patch(AS, "guard", {
-          spec: { resources: { requests: { cpu: "2" }, limits: { cpu: "1" } } },
-        }, { namespace: ns });
-        const a = await waitFor("Degraded InvalidPodSpec", async () => {
-          const x = await getAs(ns, "guard");
-          const d = x.status?.conditions?.find((k) => k.type === "Degraded");
-          return d?.status === "True" && d.reason === "InvalidPodSpec" ? x : undefined;
-        });
-        assert(
-          a.status?.conditions?.find((k) => k.type === "Degraded")?.message.includes("guard-0"),
-        );
-        const now = await c.get<Pod>(PODS, "guard-0", { namespace: ns });
-        assertEquals(now.metadata!.uid, uid, "the running Pod was deleted");
-        assert(isPodReady(now));
+        const unblock = await denyPods(c, ns, "guard", ":blocked");
+        try {
+          await c.patch(AS, "guard", { spec: { image: "nginx:blocked" } }, { namespace: ns });
+          const a = await waitFor("Degraded PodCreateRejected", async () => {
+            const x = await getAs(ns, "guard");
+            const d = x.status?.conditions?.find((k) => k.type === "Degraded");
+            return d?.status === "True" && d.reason === "PodCreateRejected" ? x : undefined;
+          });
+          const message = a.status?.conditions?.find((k) => k.type === "Degraded")?.message ?? "";
+          assert(message.includes("guard-0") && message.includes("blocked by test"), message);
+          const now = await c.get<Pod>(PODS, "guard-0", { namespace: ns });
+          assertEquals(now.metadata!.uid, uid, "the running Pod was deleted");
+          assert(isPodReady(now));
+        } finally {
+          await unblock();
+        }
         // Fixing the spec rolls out normally.
-        await c.patch(AS, "guard", { spec: { resources: { limits: { cpu: "2" } } } }, {
-          namespace: ns,
-        });
+        await c.patch(AS, "guard", { spec: { image: "nginx:1.28" } }, { namespace: ns });
         const fixed = await settled(c, ns, "guard", 1);
         assert(fixed.pods[0].metadata!.uid !== uid);
       },
@@ -438,53 +454,19 @@ Deno.test("S6: a cleanup that cannot delete a Pod keeps the finalizer, says why,
   await installCrd();
   const c = await admin();
   const ns = await newNamespace("s6");
-  const policy = `e2e-deny-pod-delete-${ns}`;
-  const vap: ResourceType = {
-    apiVersion: "admissionregistration.k8s.io/v1",
-    kind: "ValidatingAdmissionPolicy",
-    plural: "validatingadmissionpolicies",
-    namespaced: false,
-  };
-  const vapb: ResourceType = {
-    ...vap,
-    kind: "ValidatingAdmissionPolicyBinding",
-    plural: "validatingadmissionpolicybindings",
-  };
+  let unblock = async () => {};
   const op = await startOperator();
   try {
     await op.waitReady();
     await c.create(AS, appService(ns, "sticky", { image: "nginx:1.27", replicas: 2 }));
     await settled(c, ns, "sticky", 2);
     // Deny deleting Pods in this namespace (operator and everyone): cleanup must fail.
-    await c.create(vap, {
-      apiVersion: "admissionregistration.k8s.io/v1",
-      kind: "ValidatingAdmissionPolicy",
-      metadata: { name: policy },
-      spec: {
-        failurePolicy: "Fail",
-        matchConstraints: {
-          resourceRules: [{
-            apiGroups: [""],
-            apiVersions: ["v1"],
-            operations: ["DELETE"],
-            resources: ["pods"],
-          }],
-        },
-        validations: [{ expression: "false", message: "pod deletion blocked by test" }],
-      },
-    } as never);
-    await c.create(vapb, {
-      apiVersion: "admissionregistration.k8s.io/v1",
-      kind: "ValidatingAdmissionPolicyBinding",
-      metadata: { name: policy },
-      spec: {
-        policyName: policy,
-        validationActions: ["Deny"],
-        matchResources: {
-          namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": ns } },
-        },
-      },
-    } as never);
+    unblock = await denyPolicy(c, `e2e-deny-pod-delete-${ns}`, ns, {
+      resource: "pods",
+      operations: ["DELETE"],
+      expression: "false",
+      message: "pod deletion blocked by test",
+    });
     await waitFor(
       "policy in force",
       async () => {
@@ -534,8 +516,7 @@ Deno.test("S6: a cleanup that cannot delete a Pod keeps the finalizer, says why,
       2,
     );
     // Unblock: cleanup is retried with backoff and completes.
-    await c.delete(vapb, policy);
-    await c.delete(vap, policy);
+    await unblock();
     await waitFor(
       "AppService gone after unblocking",
       async () => {
@@ -551,8 +532,7 @@ Deno.test("S6: a cleanup that cannot delete a Pod keeps the finalizer, says why,
     );
     assertEquals((await livePods(c, ns, "sticky")).length, 0);
   } finally {
-    await c.delete(vapb, policy).catch(() => {});
-    await c.delete(vap, policy).catch(() => {});
+    await unblock();
     const code = await op.stop();
     await dropNamespace(ns);
     assertEquals(code, 0);

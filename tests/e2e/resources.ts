@@ -6,7 +6,8 @@
  */
 import { parseAllDocuments, stringify } from "yaml";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
-import { NAMESPACES, type ResourceType } from "../../lib/kube/resources.ts";
+import { NAMESPACES, PODS, type ResourceType } from "../../lib/kube/resources.ts";
+import { waitFor } from "./harness.ts";
 
 /** A ResourceType from its group/version, kind, plural and scope. */
 export const rt = (apiVersion: string, kind: string, plural: string, namespaced: boolean) =>
@@ -26,6 +27,102 @@ export const ROLE_BINDINGS = rt(RBAC, "RoleBinding", "rolebindings", true);
 export const CLUSTER_ROLES = rt(RBAC, "ClusterRole", "clusterroles", false);
 /** rbac/v1 ClusterRoleBinding. */
 export const CLUSTER_ROLE_BINDINGS = rt(RBAC, "ClusterRoleBinding", "clusterrolebindings", false);
+/** admissionregistration/v1 ValidatingAdmissionPolicy. */
+export const VALIDATING_ADMISSION_POLICIES = rt(
+  "admissionregistration.k8s.io/v1",
+  "ValidatingAdmissionPolicy",
+  "validatingadmissionpolicies",
+  false,
+);
+/** admissionregistration/v1 ValidatingAdmissionPolicyBinding. */
+export const VALIDATING_ADMISSION_POLICY_BINDINGS = rt(
+  "admissionregistration.k8s.io/v1",
+  "ValidatingAdmissionPolicyBinding",
+  "validatingadmissionpolicybindings",
+  false,
+);
+
+/** What {@link denyPolicy} refuses. */
+export interface DenyRule {
+  /** Core (v1) resource, e.g. `pods`. */
+  resource: string;
+  /** Operations, e.g. `["CREATE"]`. */
+  operations: string[];
+  /** CEL over `object`; the request is refused where it is false. */
+  expression: string;
+  /** The refusal's message. */
+  message: string;
+}
+
+/**
+ * Creates a ValidatingAdmissionPolicy `name` and its binding to namespace `ns` (Deny) refusing
+ * what `rule` says; resolves with a function that removes both. A new policy takes a moment to be
+ * in force: callers probe for it ({@link podRefused}).
+ */
+export async function denyPolicy(
+  c: KubeClient,
+  name: string,
+  ns: string,
+  rule: DenyRule,
+): Promise<() => Promise<void>> {
+  await c.create(VALIDATING_ADMISSION_POLICIES, {
+    apiVersion: "admissionregistration.k8s.io/v1",
+    kind: "ValidatingAdmissionPolicy",
+    metadata: { name },
+    spec: {
+      failurePolicy: "Fail",
+      matchConstraints: {
+        resourceRules: [{
+          apiGroups: [""],
+          apiVersions: ["v1"],
+          operations: rule.operations,
+          resources: [rule.resource],
+        }],
+      },
+      validations: [{ expression: rule.expression, message: rule.message }],
+    },
+  } as KubeObject);
+  await c.create(VALIDATING_ADMISSION_POLICY_BINDINGS, {
+    apiVersion: "admissionregistration.k8s.io/v1",
+    kind: "ValidatingAdmissionPolicyBinding",
+    metadata: { name },
+    spec: {
+      policyName: name,
+      validationActions: ["Deny"],
+      matchResources: { namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": ns } } },
+    },
+  } as KubeObject);
+  return async () => {
+    await c.delete(VALIDATING_ADMISSION_POLICY_BINDINGS, name).catch(() => {});
+    await c.delete(VALIDATING_ADMISSION_POLICIES, name).catch(() => {});
+  };
+}
+
+/**
+ * Waits (30 s at most) until a dry-run create of a Pod running `image` in `ns` is refused: a
+ * policy or quota is in force.
+ */
+export async function podRefused(c: KubeClient, ns: string, image: string): Promise<void> {
+  await waitFor(
+    "the Pod refused (policy in force)",
+    async () => {
+      try {
+        await c.create(PODS, {
+          apiVersion: "v1",
+          kind: "Pod",
+          metadata: { generateName: "probe-", namespace: ns },
+          spec: { containers: [{ name: "c", image }] },
+        }, { dryRun: true });
+        return false;
+      } catch {
+        return true;
+      }
+    },
+    30_000,
+    500,
+  );
+}
+
 /** authentication/v1 SelfSubjectReview (create only). */
 export const SELF_SUBJECT_REVIEWS = rt(
   "authentication.k8s.io/v1",

@@ -6,6 +6,7 @@ import { assert, assertEquals } from "../assert.ts";
 import { ApiError } from "../../lib/kube/errors.ts";
 import { type AppService, APPSERVICES } from "../../lib/appservice/schema.ts";
 import { IMAGE_CASES } from "../unit/schema_test.ts";
+import { ACCEPTED_SPECS, REFUSED_SPECS } from "../unit/rules_test.ts";
 import { admin, appService, dropNamespace, installCrd, newNamespace } from "./harness.ts";
 
 Deno.test("validation: invalid AppServices get 422 naming the field; defaults applied", async (t) => {
@@ -32,8 +33,9 @@ Deno.test("validation: invalid AppServices get 422 naming the field; defaults ap
       [
         "bad quantity",
         { image: "nginx:1", resources: { limits: { cpu: "lots" } } },
-        "spec.resources.limits.cpu",
+        "spec.resources.limits[cpu]",
       ],
+      ...REFUSED_SPECS,
     ];
     for (const [what, spec, field] of cases) {
       await t.step(`rejects ${what}`, async () => {
@@ -43,6 +45,7 @@ Deno.test("validation: invalid AppServices get 422 naming the field; defaults ap
           assert(err instanceof ApiError, String(err));
           assertEquals(err.code, 422);
           assertEquals(err.reason, "Invalid");
+          if (Deno.env.get("APPSERVICE_SHOW_422")) console.log(`${what}: ${err.status?.message}`);
           const fields = err.status?.details?.causes?.map((x) => x.field) ?? [];
           assert(
             fields.includes(field) || err.message.includes(field),
@@ -57,6 +60,13 @@ Deno.test("validation: invalid AppServices get 422 naming the field; defaults ap
         throw new Error(`${what} was accepted`);
       });
     }
+
+    await t.step("specs at the edge that Pods and Services accept are accepted", async () => {
+      for (const [i, spec] of ACCEPTED_SPECS.entries()) {
+        await c.create(APPSERVICES as never, appService(ns, `edge-${i}`, spec));
+        await c.delete(APPSERVICES as never, `edge-${i}`, { namespace: ns });
+      }
+    });
 
     await t.step("names that cannot name a Service or label a Pod are refused", async () => {
       for (const name of ["a".repeat(64), "my.app", "9lives"]) {

@@ -131,12 +131,67 @@ Deno.test("deploy/: 2 replicas with leader election, probes, limits, restricted 
       "../crd",
       "serviceaccount.yaml",
       "rbac.yaml",
+      "metrics_reader_role.yaml",
       "deployment.yaml",
       "service.yaml",
+      "network_policy.yaml",
     ]
   ) {
     assert(kust.includes(`- ${f}`), f);
   }
+});
+
+Deno.test("deploy/: secure /metrics on 8443 end to end (args, port, Service, NetworkPolicy, RBAC)", () => {
+  // deno-lint-ignore no-explicit-any
+  const docs = (f: string): any[] => parseAllDocuments(read(`deploy/${f}`)).map((d) => d.toJS());
+  const dep = docs("deployment.yaml").find((d) => d.kind === "Deployment");
+  const pod = dep.spec.template.spec;
+  const ctr = pod.containers[0];
+  assert(ctr.args.includes("--metrics-secure=true"), ctr.args.join(" "));
+  assert(ctr.args.includes("--metrics-bind-address=:8443"), ctr.args.join(" "));
+  const metricsPort = ctr.ports.find((p: { name: string }) => p.name === "metrics");
+  assertEquals(metricsPort.containerPort, 8443);
+  // Probes on their own plain port.
+  assertEquals(ctr.readinessProbe.httpGet.port, "probes");
+  assert(!ctr.readinessProbe.httpGet.scheme || ctr.readinessProbe.httpGet.scheme === "HTTP");
+
+  const svc = docs("service.yaml")[0];
+  assertEquals(svc.spec.ports, [{
+    name: "https",
+    port: 8443,
+    protocol: "TCP",
+    targetPort: "metrics",
+  }]);
+  assertEquals(svc.spec.selector, dep.spec.selector.matchLabels);
+
+  const np = docs("network_policy.yaml")[0];
+  assertEquals(np.kind, "NetworkPolicy");
+  assertEquals(np.metadata.namespace, dep.metadata.namespace);
+  assertEquals(np.spec.podSelector.matchLabels, dep.spec.template.metadata.labels);
+  assertEquals(np.spec.policyTypes, ["Ingress"]);
+  assertEquals(np.spec.ingress, [{
+    from: [{ namespaceSelector: { matchLabels: { metrics: "enabled" } } }],
+    ports: [{ port: 8443, protocol: "TCP" }],
+  }]);
+  assert(read("README.md").includes("`metrics: enabled`"), "README names the NetworkPolicy label");
+
+  const reader = docs("metrics_reader_role.yaml")[0];
+  assertEquals(reader.kind, "ClusterRole");
+  assertEquals(reader.rules, [{ nonResourceURLs: ["/metrics"], verbs: ["get"] }]);
+
+  // The operator may create the two reviews, and nothing more about them.
+  const role = docs("rbac.yaml").find((d) => d.kind === "ClusterRole");
+  const reviews = role.rules.filter((r: { apiGroups: string[] }) =>
+    r.apiGroups.some((g) => g.startsWith("authentication") || g.startsWith("authorization"))
+  );
+  assertEquals(reviews, [
+    { apiGroups: ["authentication.k8s.io"], resources: ["tokenreviews"], verbs: ["create"] },
+    {
+      apiGroups: ["authorization.k8s.io"],
+      resources: ["subjectaccessreviews"],
+      verbs: ["create"],
+    },
+  ]);
 });
 
 Deno.test("README documents every flag with its env var", () => {

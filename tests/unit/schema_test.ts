@@ -53,7 +53,8 @@ Deno.test("schema: committed crd/appservice.yaml matches the schema (run `deno t
   );
 });
 
-const as = (spec: AppService["spec"]): AppService => ({
+/** An AppService `web` in `ns` with `spec` (uid and generation set), for pure tests. */
+export const as = (spec: AppService["spec"]): AppService => ({
   apiVersion: "apps.our-org.com/v1",
   kind: "AppService",
   metadata: { name: "web", namespace: "ns", uid: "u-1", generation: 1 },
