@@ -7,7 +7,7 @@
  * @module
  */
 import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
-import { KubeClient, type KubeObject } from "./lib/kube/client.ts";
+import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client.ts";
 import { type ClusterConfig, loadClusterConfig } from "./lib/kube/config.ts";
 import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
@@ -103,6 +103,16 @@ async function main(): Promise<number> {
   const logger = log("main");
 
   const metrics = new Metrics();
+  // Every request: counted (rest_client_requests_total) and, at debug level, logged with its
+  // send time, Retry-After and Audit-Id (the apiserver's audit log ID), so a throttled run can be
+  // read against the audit log.
+  const requestLog = log("client");
+  const onRequest = (clientName: string) => (r: RequestInfo) => {
+    metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host });
+    requestLog.debug("Request", { client: clientName, ...r });
+  };
+  const onSendWrite = (r: Pick<RequestInfo, "method" | "path" | "startedAtMs" | "auditId">) =>
+    requestLog.debug("Sending", r);
   // One view of the path to the apiserver for both clients: a Lease attempt that gets no answer,
   // or one that gets through again, tells about the reconcilers' and watches' connections too.
   const health = new ConnectionHealth();
@@ -122,7 +132,8 @@ async function main(): Promise<number> {
       qps: v["kube-api-qps"],
       burst: v["kube-api-burst"] || undefined,
       maxRetries: 2,
-      onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      onRequest: onRequest("main"),
+      onSendWrite,
       health,
     });
     // Leader election gets its own client: no client-side rate limit shared with reconciles.
@@ -130,7 +141,9 @@ async function main(): Promise<number> {
       userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
         `deno/${Deno.version.deno} leader-election`,
       maxRetries: 0,
-      onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      // Not held back by the reconcilers' 429s: its attempts keep to the renew deadline.
+      retryAfterGate: false,
+      onRequest: onRequest("leader-election"),
       health,
     });
     if (v["metrics-secure"]) authClient = reviewClient(config, metrics);

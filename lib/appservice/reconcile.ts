@@ -23,6 +23,15 @@
  * (its apiserver's watch cache stalled) saw an AppService scaled 2 → 4 at 2 and deleted the 2
  * new Pods (tests/e2e/stale_list_test.ts).
  *
+ * Status is written with the resourceVersion it was computed from as a precondition (a merge patch
+ * carrying `metadata.resourceVersion`; the apiserver answers 409 Conflict when the object changed
+ * since), so a status computed from a stale cache, or by a replica that lost the Lease, never
+ * overwrites a newer one; a 409 there only requeues the key.
+ *
+ * A write refused by the Lease fence (`FencedError`) or throttled by the apiserver (429, 503 with
+ * Retry-After) ends the reconcile at once: it is never reported as a failure in status or Events;
+ * the controller's error policy requeues the key.
+ *
  * Pods are created with POST (not server-side apply): a Pod's spec is immutable, so "apply" could
  * only ever create, and POST's AlreadyExists makes a stale-cache retry harmless. The Service is
  * created with server-side apply (field manager `appservice-operator`) and converged with a merge
@@ -52,7 +61,15 @@
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import type { KubeClient } from "../kube/client.ts";
-import { ApiError, isAlreadyExists, isNamespaceClosed, isNotFound } from "../kube/errors.ts";
+import {
+  ApiError,
+  isAlreadyExists,
+  isConflict,
+  isFenced,
+  isNamespaceClosed,
+  isNotFound,
+  isThrottled,
+} from "../kube/errors.ts";
 import { PODS, SERVICES } from "../kube/resources.ts";
 import type { ReconcileContext, ReconcileResult } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
@@ -111,6 +128,14 @@ class ReportedError extends Error {}
 
 /** A Service of the wanted name exists and belongs to someone else. */
 class ServiceConflict extends Error {}
+
+/**
+ * Rethrows an error that must end the reconcile instead of becoming a reported failure: a write
+ * the fence refused (this replica may not write now) or the apiserver throttling us.
+ */
+function rethrowIfAbortive(err: unknown): void {
+  if (isFenced(err) || isThrottled(err)) throw err;
+}
 
 /** Condition reason of a Pod create (or its dry run) the apiserver refused. */
 export const REASON_POD_CREATE_REJECTED = "PodCreateRejected";
@@ -183,7 +208,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   ): Promise<AppService> {
     if (!statusChanged(as.status, next)) return as;
     const status = { ...next, lastReconciliation: new Date(now()).toISOString() };
-    return await client.patch<AppService>(APPSERVICES, as.metadata.name!, { status }, {
+    // The resourceVersion `next` was computed from is a precondition (409 when outdated).
+    const metadata = { resourceVersion: as.metadata.resourceVersion };
+    return await client.patch<AppService>(APPSERVICES, as.metadata.name!, { metadata, status }, {
       namespace: as.metadata.namespace,
       subresource: "status",
       type: "merge",
@@ -271,6 +298,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         await deleteIgnoringNotFound("Pod", p, signal);
         logger.info("Deleted Pod for cleanup", { pod: p.metadata?.name });
       } catch (err) {
+        rethrowIfAbortive(err);
         failures.push(`Pod ${p.metadata?.name}: ${errorText(err)}`);
       }
     }
@@ -279,6 +307,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         await deleteIgnoringNotFound("Service", svc, signal);
         logger.info("Deleted Service for cleanup", { service: svc.metadata?.name });
       } catch (err) {
+        rethrowIfAbortive(err);
         failures.push(`Service ${svc.metadata?.name}: ${errorText(err)}`);
       }
     }
@@ -297,7 +326,11 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       try {
         await writeStatus(as, baseStatus(as, pods, conditions), signal);
       } catch (err) {
-        if (!isNotFound(err)) logger.warn("Status write failed", { error: errorText(err) });
+        rethrowIfAbortive(err);
+        // A 409: computed from an older version; not written, retried below like the rest.
+        if (!isNotFound(err) && !isConflict(err)) {
+          logger.warn("Status write failed", { error: errorText(err) });
+        }
       }
       if (failures.length > 0) {
         events.record(as, {
@@ -460,6 +493,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           rejected.succeeded(key, "pod-create");
           toDelete.push({ pod: candidate, why: "SpecChanged" });
         } catch (err) {
+          rethrowIfAbortive(err);
           if (namespaceClosed(as, err)) return; // being deleted (S21): nothing to roll out
           const what = `the new Pod template (dry run), keeping ${candidate.metadata?.name}:`;
           failures.push(
@@ -495,6 +529,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           related: pod,
         });
       } catch (err) {
+        rethrowIfAbortive(err);
         failures.push({
           reason: "FailedDeletePod",
           message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
@@ -528,6 +563,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           related: { ...pod, metadata: { ...pod.metadata, uid: made?.metadata?.uid } },
         });
       } catch (err) {
+        rethrowIfAbortive(err);
         if (namespaceClosed(as, err)) {
           logger.info("Namespace is being deleted; creating nothing more in it", {
             error: errorText(err),
@@ -622,6 +658,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         });
       }
     } catch (err) {
+      rethrowIfAbortive(err);
       if (err instanceof ServiceConflict) {
         failures.push({ reason: "ServiceNameConflict", message: err.message });
       } else if (namespaceClosed(as, err)) {
@@ -687,14 +724,21 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     ];
     const next = baseStatus(as, podsNow, conditions);
     const stuck = newCauses(counted, seenCauses.get(key), as.status?.podStatuses);
+    let statusOutdated = false;
     try {
       await writeStatus(as, next, signal);
     } catch (err) {
       if (isNotFound(err)) return;
-      throw err;
+      if (!isConflict(err)) throw err;
+      // Computed from an older resourceVersion (409): not written; the newer one's watch event is
+      // on its way and the key is requeued. The failures of this round are still reported.
+      statusOutdated = true;
+      logger.debug("Status not written: the AppService changed meanwhile; requeued", {
+        resourceVersion: as.metadata.resourceVersion,
+      });
     }
-    seenCauses.set(key, stuck.signatures);
-    for (const { pod, cause } of stuck.occurrences) {
+    if (!statusOutdated) seenCauses.set(key, stuck.signatures);
+    for (const { pod, cause } of statusOutdated ? [] : stuck.occurrences) {
       events.record(as, {
         type: "Warning",
         reason: conditionReason(cause.reason),
@@ -725,5 +769,6 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       }
       throw new ReportedError(failures.map((f) => f.message).join("; "));
     }
+    if (statusOutdated) return { requeue: true };
   };
 }

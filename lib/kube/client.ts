@@ -2,12 +2,30 @@
  * A thin Kubernetes REST client on Deno's `fetch` and `Deno.createHttpClient`: the verbs get, list
  * (one page or all pages), create, update, patch (JSON, merge, strategic merge, server-side apply),
  * delete and watch, typed errors from `metav1.Status`, `Retry-After` for 429/503, retries of
- * idempotent reads, an optional client-side token bucket, and a request hook for metrics.
+ * idempotent reads, an optional client-side token bucket, a write fence, and a request hook for
+ * metrics.
  *
  * Rules followed: Kubernetes API concepts (paging with `limit`/`continue`, watch, bookmarks, patch
  * content types, server-side apply `fieldManager`/`force`) and client-go `rest.Request`
  * (`Retry-After` honoured up to `maxRetries`, reads retried on connection errors, a 401 makes the
  * credential be fetched again once).
+ *
+ * Retry-After is client-wide (S16): a 429, or a 503 with `Retry-After`, closes a "not before" gate
+ * ({@link RetryAfterGate}) for every later request of this client until the Retry-After has
+ * passed, not only for the request that got it, and then reopens it through a small window of
+ * concurrent requests that widens while no more 429s come. API Priority and Fairness classifies
+ * requests by user into one priority level and computes one Retry-After per level (k8s.io/apiserver
+ * pkg/util/flowcontrol/dropped_requests_tracker.go: 1 s, doubled up to 32 s while the level keeps
+ * dropping requests), so the other requests of the same client would be rejected too. A request
+ * waits at the gate up to {@link ClientOptions.maxThrottleWaitMs}; one that would wait longer
+ * fails at once with a client-side 429 (`retryAfterSeconds` = the remaining wait, nothing sent),
+ * so that a work queue can requeue its key for then instead of holding a worker.
+ *
+ * The write fence (S13): every request that is not a read (POST, PUT, PATCH, DELETE) is checked
+ * with the {@link WriteFence} synchronously immediately before it is handed to `fetch`, after every
+ * wait (token bucket, Retry-After gate, credential refresh). A closed fence throws (e.g.
+ * `FencedError`) and nothing is sent. What remains is a request already handed to `fetch` when the
+ * process stops: it leaves when the process runs again (see README, "Fenced writes").
  *
  * Connection health ({@link ConnectionHealth}): every request reports whether an answer came.
  * When the path to the apiserver recovers after failures, what still waits on a dead connection
@@ -26,7 +44,7 @@ import { ConnectionHealth, type Recovery } from "./connection.ts";
 import { CREDENTIAL_FILE_CHECK_MS, CredentialProvider } from "./credentials.ts";
 import { ApiError, networkErrorReason, type Status } from "./errors.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
-import { sleep, TokenBucket } from "./throttle.ts";
+import { RetryAfterGate, sleep, TokenBucket } from "./throttle.ts";
 import {
   decodeWatchBatches,
   type ObjectWatchEvent,
@@ -60,12 +78,43 @@ export interface ObjectList<T> {
 export interface RequestInfo {
   /** HTTP verb, e.g. `GET`. */
   method: string;
+  /** Request path without the query, e.g. `/api/v1/namespaces/ns/pods`. */
+  path: string;
   /** HTTP status code as a string, or `<error>` when no answer came. */
   code: string;
   /** host:port of the apiserver. */
   host: string;
+  /** Wall-clock time (epoch ms, fractional) when the request was handed to `fetch`. */
+  startedAtMs: number;
   /** Seconds from sending to headers received. */
   durationSeconds: number;
+  /** The answer's `Retry-After`, in seconds, when it had one. */
+  retryAfterSeconds?: number;
+  /**
+   * The `Audit-ID` this request was sent with (a random UUID per attempt): the apiserver records
+   * it as the request's `auditID` in its audit log.
+   */
+  auditId: string;
+}
+
+/**
+ * Decides, at the moment a write is sent, whether it may leave this process (S13). Called
+ * synchronously immediately before a POST, PUT, PATCH or DELETE is handed to `fetch`; it must
+ * throw (e.g. `FencedError` from errors.ts) to refuse, and must not block. Reads are never checked.
+ */
+export interface WriteFence {
+  /**
+   * Throws when writes may not leave now.
+   * @param method HTTP verb
+   * @param path request path, for the error message
+   */
+  check(method: string, path: string): void;
+  /**
+   * Aborted when the fence closes for good (leadership lost): the client aborts its writes in
+   * flight with its reason. One still waiting to be written (a new connection's handshake, or a
+   * process resumed from a pause) is then never sent; one already written may have taken effect.
+   */
+  readonly signal?: AbortSignal;
 }
 
 /** Options of {@link KubeClient}. */
@@ -80,14 +129,48 @@ export interface ClientOptions {
   maxRetries?: number;
   /** Per-request timeout for non-watch requests (ms); default 30,000. */
   requestTimeoutMs?: number;
+  /**
+   * Longest wait (ms) for the Retry-After gate a request accepts (see the module doc); one that
+   * would wait longer fails at once with a client-side 429. Default
+   * {@link MAX_THROTTLE_WAIT_MS}.
+   */
+  maxThrottleWaitMs?: number;
+  /**
+   * Whether a throttled answer holds back every request of this client (the Retry-After gate,
+   * see the module doc); default true. The Lease's own client turns it off: its attempts keep
+   * their own pace (the renew deadline), so that throttled reconcilers never cost the Lease.
+   */
+  retryAfterGate?: boolean;
+  /** Checked before every write is sent (see {@link WriteFence}); default none. */
+  writeFence?: WriteFence;
   /** Called after every HTTP request (metrics). Must not throw. */
   onRequest?: (info: RequestInfo) => void;
+  /**
+   * Called synchronously right before a write (POST, PUT, PATCH, DELETE) is handed to `fetch`,
+   * after the write fence passed it; `durationSeconds`, `code` and `retryAfterSeconds` are not
+   * known yet. For logs that must survive the process stopping right after (S13). Must not throw.
+   */
+  onSendWrite?: (info: Pick<RequestInfo, "method" | "path" | "startedAtMs" | "auditId">) => void;
   /**
    * Health of the path to the apiserver, shared by the clients of one apiserver (e.g. the
    * reconcilers' and the Lease's); default one of this client's own, closed with it.
    */
   health?: ConnectionHealth;
 }
+
+/**
+ * Default of {@link ClientOptions.maxThrottleWaitMs} (ms): API Priority and Fairness starts at a
+ * Retry-After of 1 s and doubles it while throttling lasts (dropped_requests_tracker.go), so 1 s to
+ * 8 s are waited in place; longer ones hand the work back to the caller (a work queue requeues the
+ * key for then) instead of holding a reconcile worker for up to 32 s.
+ */
+export const MAX_THROTTLE_WAIT_MS = 10_000;
+
+/**
+ * Largest Retry-After honoured (s), so a broken header cannot stop the client for good. API
+ * Priority and Fairness sends at most 32 (`maxRetryAfter` in dropped_requests_tracker.go).
+ */
+export const MAX_RETRY_AFTER_SECONDS = 300;
 
 /** Common options of one call. */
 export interface CallOptions {
@@ -190,6 +273,13 @@ interface RawRequest {
 
 const IDEMPOTENT = new Set(["GET", "HEAD"]);
 
+/** The gate of a client with `retryAfterGate: false`: always open. */
+const NO_GATE: Pick<RetryAfterGate, "closedForMs" | "acquire" | "release"> = {
+  closedForMs: () => 0,
+  acquire: () => Promise.resolve(),
+  release: () => {},
+};
+
 /**
  * When the path to the apiserver recovers, a request sent before the one that got through and
  * still without an answer after this long (ms) is presumed to sit on a dead connection and is
@@ -235,9 +325,18 @@ export class KubeClient {
   /** The resolved connection. */
   readonly config: ClusterConfig;
   #creds: CredentialProvider;
-  #opts: Required<Omit<ClientOptions, "onRequest" | "health">> & Pick<ClientOptions, "onRequest">;
+  #opts:
+    & Required<
+      Omit<
+        ClientOptions,
+        "onRequest" | "writeFence" | "onSendWrite" | "retryAfterGate" | "health"
+      >
+    >
+    & Pick<ClientOptions, "onRequest" | "onSendWrite">;
   #bucket: TokenBucket;
   #host: string;
+  #fence?: WriteFence;
+  #gate: Pick<RetryAfterGate, "closedForMs" | "acquire" | "release">;
   /** Health of the path to the apiserver (see {@link ConnectionHealth}). */
   readonly health: ConnectionHealth;
   #ownsHealth: boolean;
@@ -273,10 +372,14 @@ export class KubeClient {
       burst: opts.burst ?? Math.max(1, Math.ceil((opts.qps ?? 0) * 2)),
       maxRetries: opts.maxRetries ?? 5,
       requestTimeoutMs: opts.requestTimeoutMs ?? 30_000,
+      maxThrottleWaitMs: opts.maxThrottleWaitMs ?? MAX_THROTTLE_WAIT_MS,
       onRequest: opts.onRequest,
+      onSendWrite: opts.onSendWrite,
     };
     this.#bucket = new TokenBucket(this.#opts.qps, this.#opts.burst);
     this.#host = new URL(config.server).host;
+    this.#fence = opts.writeFence;
+    this.#gate = opts.retryAfterGate === false ? NO_GATE : new RetryAfterGate();
   }
 
   /** Releases the HTTP clients, and the health tracker when it is this client's own. */
@@ -355,6 +458,40 @@ export class KubeClient {
   }
 
   /**
+   * Sets (or with `undefined` removes) the {@link WriteFence} every later write is checked with,
+   * e.g. the Lease holder's fence once leader election starts. The Lease's own client must not
+   * have one.
+   */
+  setWriteFence(fence: WriteFence | undefined): void {
+    this.#fence = fence;
+  }
+
+  /**
+   * Milliseconds until the Retry-After gate opens (0 when open): how long any request of this
+   * client would wait now.
+   */
+  throttledForMs(): number {
+    return this.#gate.closedForMs();
+  }
+
+  /**
+   * Takes a slot of the Retry-After gate. A wait longer than `maxThrottleWaitMs` is not taken: it
+   * throws a client-side 429 with the remaining wait (nothing is sent).
+   */
+  #acquireGate(label: string, signal?: AbortSignal): Promise<void> {
+    return this.#gate.acquire(this.#opts.maxThrottleWaitMs, (waitMs) =>
+      new ApiError(429, {
+        kind: "Status",
+        status: "Failure",
+        reason: "TooManyRequests",
+        code: 429,
+        message: `not sent: the apiserver asked this client to wait ${
+          Math.ceil(waitMs / 1000)
+        } s more (Retry-After)`,
+      }, { retryAfterSeconds: waitMs / 1000, request: label }), signal);
+  }
+
+  /**
    * Sends one request with retries (see module doc) and returns the successful Response.
    * @throws ApiError for a non-2xx answer after retries.
    */
@@ -364,40 +501,100 @@ export class KubeClient {
       if (v !== undefined && v !== "") url.searchParams.set(k, String(v));
     }
     const label = `${req.method} ${req.path}`;
+    const body = req.body === undefined ? undefined : JSON.stringify(req.body);
+    const isWrite = !IDEMPOTENT.has(req.method);
     const maxRetries = req.noRetry ? 0 : this.#opts.maxRetries;
     let retriedAuth = false;
     let retriedStalled = false;
     for (let attempt = 0;; attempt++) {
       await this.#bucket.wait(req.signal);
-      const cred = await this.#creds.get(req.signal);
+      let cred: Awaited<ReturnType<CredentialProvider["get"]>> | undefined;
+      // The gate again after the credential: another request may have met a 429 meanwhile.
+      for (let i = 0; i < 100 && !cred; i++) {
+        await this.#acquireGate(label, req.signal);
+        try {
+          cred = await this.#creds.get(req.signal);
+        } catch (err) {
+          this.#gate.release();
+          throw err;
+        }
+        if (this.#gate.closedForMs() > 0) {
+          this.#gate.release();
+          cred.release();
+          cred = undefined;
+        }
+      }
+      if (!cred) throw new Error(`${label}: the Retry-After gate kept closing`);
+      // Our own audit ID (the apiserver keeps a client's Audit-ID: k8s.io/apiserver
+      // pkg/endpoints/filters/with_auditid.go), so that client logs and the audit log meet even
+      // when no answer comes.
+      const auditId = crypto.randomUUID();
       const headers: Record<string, string> = {
         "Accept": "application/json",
         "User-Agent": this.#opts.userAgent,
+        "Audit-ID": auditId,
       };
       if (cred.authorization) headers["Authorization"] = cred.authorization;
-      if (req.body !== undefined) headers["Content-Type"] = req.contentType ?? "application/json";
+      if (body !== undefined) headers["Content-Type"] = req.contentType ?? "application/json";
       // `own` ends the request under the stall rule (see #endStalled).
       const own = new AbortController();
       const signals: AbortSignal[] = [own.signal];
       if (req.signal) signals.push(req.signal);
       const timeout = req.stream ? undefined : AbortSignal.timeout(this.#opts.requestTimeoutMs);
       if (timeout) signals.push(timeout);
+      const fence = isWrite ? this.#fence : undefined;
+      // Writes in flight stop with the fence; and once more just after fetch() (below).
+      const late = fence ? new AbortController() : undefined;
+      if (fence?.signal) signals.push(fence.signal);
+      if (late) signals.push(late.signal);
+      // The write fence, synchronously: from here to fetch() nothing awaits (S13).
+      try {
+        fence?.check(req.method, req.path);
+      } catch (err) {
+        this.#gate.release();
+        cred.release();
+        throw err;
+      }
       const started = performance.now();
+      if (isWrite && this.#opts.onSendWrite) {
+        try {
+          this.#opts.onSendWrite({
+            method: req.method,
+            path: req.path,
+            startedAtMs: performance.timeOrigin + started,
+            auditId,
+          });
+        } catch { /* logs must not break requests */ }
+      }
       const entry: InFlight = { ctl: own, sentAtMs: Date.now(), lastByteMs: 0 };
       this.#requests.add(entry);
       let resp: Response;
       try {
-        resp = await fetch(url, {
+        const sending = fetch(url, {
           method: req.method,
           headers,
-          body: req.body === undefined ? undefined : JSON.stringify(req.body),
+          body,
           signal: AbortSignal.any(signals),
           client: cred.httpClient,
         });
+        // The request is written when the event loop next runs its connection; should this
+        // process stop before that (SIGSTOP, a long pause), the code after the stop sees the
+        // fence closed and cancels it, and an unwritten request is never sent.
+        if (fence && late) {
+          queueMicrotask(() => {
+            try {
+              fence.check(req.method, req.path);
+            } catch (err) {
+              late.abort(err);
+            }
+          });
+        }
+        resp = await sending;
       } catch (err) {
         this.#requests.delete(entry);
+        this.#gate.release();
         cred.release();
-        this.#record(req.method, "<error>", started);
+        this.#record(req, "<error>", started, auditId);
         if (req.signal?.aborted) {
           // The caller's own time bound (e.g. a Lease renewal's deadline) ran out without an
           // answer: that is a failure of the path; a shutdown is not.
@@ -407,6 +604,9 @@ export class KubeClient {
           }
           throw req.signal.reason;
         }
+        // Stopped by the write fence (S13): nothing to say about the path.
+        if (late?.signal.aborted) throw late.signal.reason;
+        if (fence?.signal?.aborted) throw fence.signal.reason;
         if (own.signal.aborted) {
           // The stall rule ended it: it sat on a dead connection while a later request got an
           // answer. A watch is resumed by its consumer; a read is sent again once, a write fails
@@ -444,9 +644,15 @@ export class KubeClient {
       this.#requests.delete(entry);
       cred.release();
       this.health.succeeded(entry.sentAtMs);
-      this.#record(req.method, String(resp.status), started);
-      if (resp.ok) return resp;
       const retryAfter = parseRetryAfter(resp.headers.get("Retry-After"));
+      const throttled = resp.status === 429 || (resp.status === 503 && retryAfter !== undefined);
+      this.#gate.release(
+        throttled && retryAfter !== undefined
+          ? Math.min(retryAfter, MAX_RETRY_AFTER_SECONDS)
+          : undefined,
+      );
+      this.#record(req, String(resp.status), started, auditId, retryAfter);
+      if (resp.ok) return resp;
       const text = await resp.text().catch(() => "");
       let status: Status | undefined;
       try {
@@ -459,26 +665,43 @@ export class KubeClient {
         this.#creds.invalidate();
         continue;
       }
-      const retryable = resp.status === 429 || (resp.status === 503 && retryAfter !== undefined) ||
+      const retryable = throttled ||
         (IDEMPOTENT.has(req.method) && !req.stream && resp.status >= 500 && resp.status !== 501);
-      if (retryable && attempt < maxRetries) {
-        const waitMs = retryAfter !== undefined
-          ? Math.min(retryAfter * 1000, 30_000)
-          : Math.min(200 * 2 ** attempt, 5_000);
-        await sleep(Math.max(waitMs, 50), req.signal);
+      // A Retry-After longer than the gate's bound goes back to the caller at once.
+      const waitable = retryAfter === undefined ||
+        retryAfter * 1000 <= this.#opts.maxThrottleWaitMs;
+      if (retryable && waitable && attempt < maxRetries) {
+        // With a Retry-After the gate at the top of the loop waits it out (without a gate, this
+        // request alone waits it); without one, back off.
+        if (retryAfter === undefined) {
+          await sleep(Math.max(Math.min(200 * 2 ** attempt, 5_000), 50), req.signal);
+        } else if (this.#gate === NO_GATE || retryAfter < 0.05) {
+          await sleep(Math.max(retryAfter * 1000, 50), req.signal);
+        }
         continue;
       }
       throw new ApiError(resp.status, status, { retryAfterSeconds: retryAfter, request: label });
     }
   }
 
-  #record(method: string, code: string, startedMs: number): void {
+  #record(
+    req: RawRequest,
+    code: string,
+    startedMs: number,
+    auditId: string,
+    retryAfterSeconds?: number,
+  ): void {
+    if (!this.#opts.onRequest) return;
     try {
-      this.#opts.onRequest?.({
-        method,
+      this.#opts.onRequest({
+        method: req.method,
+        path: req.path,
         code,
         host: this.#host,
+        startedAtMs: performance.timeOrigin + startedMs,
         durationSeconds: (performance.now() - startedMs) / 1000,
+        retryAfterSeconds,
+        auditId,
       });
     } catch { /* metrics must not break requests */ }
   }

@@ -1,6 +1,7 @@
 /**
- * Typed errors for the Kubernetes client: {@link ApiError} carries a `metav1.Status`, and
- * {@link ConfigError} a one-line description of an unusable kubeconfig or credential.
+ * Typed errors for the Kubernetes client: {@link ApiError} carries a `metav1.Status`,
+ * {@link ConfigError} a one-line description of an unusable kubeconfig or credential, and
+ * {@link FencedError} a write the client refused to send (its write fence was closed).
  *
  * Code branches on `code` and `reason` (the metav1.StatusReason values of the Kubernetes API
  * conventions, "Response Status Kind"), never on message text.
@@ -74,6 +75,58 @@ export class ApiError extends Error {
     this.request = opts.request;
   }
 }
+
+/** Why a {@link FencedError} was raised. */
+export type FenceReason =
+  /** This process does not hold the Lease (not yet, or no longer). */
+  | "NotLeader"
+  /** It holds the Lease, but its last successful renewal is older than the renew deadline. */
+  | "RenewalStale";
+
+/**
+ * A write the client refused to send because its write fence was closed at the moment of sending
+ * (S13: only the Lease holder with a fresh renewal writes). Nothing went over the network, so it
+ * is always safe to retry later; a reconcile that meets it ends and is requeued, and it is not a
+ * reconcile error. Raised by a `WriteFence` (lib/kube/client.ts), e.g. the Lease holder's
+ * `LeaseFence` (lib/runtime/leader.ts).
+ */
+export class FencedError extends Error {
+  /** Why the fence was closed. */
+  readonly reason: FenceReason;
+  /** HTTP verb and path of the refused request, for logs. */
+  readonly request: string;
+  /** Milliseconds since the start of the last successful Lease renewal; undefined if none. */
+  readonly renewalAgeMs?: number;
+
+  /** Builds a FencedError for `request` (verb and path). */
+  constructor(reason: FenceReason, request: string, renewalAgeMs?: number) {
+    super(
+      `${request}: not sent: ${
+        reason === "NotLeader"
+          ? "this process does not hold the Lease"
+          : `the last Lease renewal started ${Math.round(renewalAgeMs ?? 0)} ms ago, ` +
+            "past the renew deadline"
+      }`,
+    );
+    this.name = "FencedError";
+    this.reason = reason;
+    this.request = request;
+    this.renewalAgeMs = renewalAgeMs;
+  }
+}
+
+/** True for a {@link FencedError}: a write refused by the fence, never sent. */
+export const isFenced = (err: unknown): err is FencedError => err instanceof FencedError;
+
+/**
+ * True for an answer asking the client to come back later: 429 TooManyRequests (API Priority and
+ * Fairness, or the client's own Retry-After gate refusing to send before the server's
+ * Retry-After), or 503 with a Retry-After (an overloaded or shutting-down apiserver).
+ * `retryAfterSeconds` says how long, when known.
+ */
+export const isThrottled = (err: unknown): err is ApiError =>
+  err instanceof ApiError &&
+  (err.code === 429 || (err.code === 503 && err.retryAfterSeconds !== undefined));
 
 /**
  * A kubeconfig, in-cluster configuration or credential that cannot be used as given. The message

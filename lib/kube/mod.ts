@@ -19,11 +19,14 @@ export {
   KubeClient,
   type KubeObject,
   type ListOptions,
+  MAX_RETRY_AFTER_SECONDS,
+  MAX_THROTTLE_WAIT_MS,
   type ObjectList,
   PATCH_CONTENT_TYPES,
   type PatchOptions,
   type RequestInfo,
   type WatchOptions,
+  type WriteFence,
   type WriteOptions,
 } from "./client.ts";
 export {
@@ -38,13 +41,17 @@ export {
 export {
   ApiError,
   ConfigError,
+  FencedError,
+  type FenceReason,
   isAlreadyExists,
   isConflict,
+  isFenced,
   isForbidden,
   isGone,
   isInvalid,
   isNamespaceTerminating,
   isNotFound,
+  isThrottled,
   isTooManyRequests,
   isUnauthorized,
   networkErrorReason,
@@ -61,6 +68,12 @@ export {
   type ResourceType,
   SERVICES,
 } from "./resources.ts";
+export {
+  GATE_WINDOW_OPEN_AT,
+  GATE_WINDOW_STEP_MS,
+  RetryAfterGate,
+  type RetryAfterGateOptions,
+} from "./throttle.ts";
 export {
   type ObjectWatchEvent,
   type WatchEvent,

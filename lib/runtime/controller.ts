@@ -5,10 +5,17 @@
  *
  * Rules:
  * - A key is reconciled by one worker at a time; adds while it runs make it run again after.
- * - A reconcile that throws (or exceeds `reconcileTimeoutMs`) is logged with its key, counted in
- *   `controller_runtime_reconcile_errors_total`, and re-added with per-key exponential backoff
- *   unless the `errorPolicy` decides otherwise (kube-rs `error_policy`); the process never dies
- *   of it. Success forgets the key's backoff.
+ * - A reconcile that throws goes to the error policy ({@link ControllerOptions.errorPolicy},
+ *   kube-rs `error_policy`), which maps the error to a requeue decision; what it leaves open,
+ *   {@link defaultErrorPolicy} decides: a write refused by the Lease fence is requeued with
+ *   backoff (result `requeue`); an apiserver asking to come back later (429, 503 with
+ *   Retry-After) is requeued after the larger of the key's backoff and the Retry-After (result
+ *   `requeue_after`, S16); a 409 Conflict (an optimistic lock lost to a newer write) is requeued
+ *   with backoff; none of these is a reconcile error. Anything else (or exceeding
+ *   `reconcileTimeoutMs`) is logged with its key, counted in
+ *   `controller_runtime_reconcile_errors_total` and re-added with per-key exponential backoff
+ *   unless the policy decides otherwise; the process never dies of it. Success forgets the key's
+ *   backoff.
  * - A result `{requeueAfterMs}` re-adds the key after that delay; `{requeue: true}` with backoff.
  * - Every `syncPeriodMs` every primary key is added again (controller-runtime SyncPeriod).
  * - {@link Controller.run}'s `signal` stops taking keys; in-flight reconciles get `graceMs` to
@@ -18,6 +25,7 @@
  * @module
  */
 import type { KubeObject } from "../kube/client.ts";
+import { isConflict, isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { errorText, log, type Logger } from "./log.ts";
@@ -44,14 +52,16 @@ export interface ReconcileResult {
  * Decides what happens to a key whose reconcile threw (kube-rs `error_policy`): `undefined` or
  * `{requeue: true}` re-adds it with per-key exponential backoff (the default), `{requeueAfterMs}`
  * re-adds it after that delay (e.g. a server's Retry-After) keeping its failure count, `{}` does
- * not re-add it (a terminal error: the next change of a watched object brings it back). The
- * error is logged and counted as an error either way. Must not throw.
+ * not re-add it (a terminal error: the next change of a watched object brings it back), and
+ * {@link ErrorDecision.minDelayMs} / {@link ErrorDecision.expected} say more. `undefined` falls
+ * back to {@link defaultErrorPolicy} (fenced, throttled, conflict); the error is logged and
+ * counted as an error unless the decision says it is expected. Must not throw.
  */
 export type ErrorPolicy = (
   err: unknown,
   key: string,
   ctx: ReconcileContext,
-) => ReconcileResult | undefined;
+) => ErrorDecision | undefined;
 
 /** Given to each reconcile. */
 export interface ReconcileContext {
@@ -69,6 +79,63 @@ export type ReconcileFn = (
   ctx: ReconcileContext,
 ) => Promise<ReconcileResult | void>;
 
+/**
+ * What the controller does with a key whose reconcile threw, as an {@link ErrorPolicy} decides
+ * it: the requeue of a {@link ReconcileResult} (`undefined` or `{requeue: true}`: per-key backoff;
+ * `{requeueAfterMs}`: after that delay; `{}`: not re-added), plus a floor under the backoff and
+ * whether the error is expected.
+ */
+export interface ErrorDecision extends ReconcileResult {
+  /** Re-add no sooner than this (ms): the larger of it and the key's backoff (a Retry-After). */
+  minDelayMs?: number;
+  /**
+   * An expected condition, not a reconcile error: logged at info with this message and fields,
+   * counted under the result `requeue` (or `requeue_after` with a delay) and not in
+   * `controller_runtime_reconcile_errors_total`.
+   */
+  expected?: { message: string; fields?: Record<string, unknown> };
+}
+
+/**
+ * The default decisions ({@link ErrorPolicy} falls back to them): a fenced write (`FencedError`:
+ * this replica may not write now, S13) and a 409 Conflict (an optimistic lock lost to a newer
+ * write, e.g. a status computed from an older resourceVersion) are requeued with backoff; a
+ * throttled request (429, or 503 with Retry-After) after the larger of the backoff and its
+ * Retry-After (S16); none of them is a reconcile error. Anything else: `undefined` (an error,
+ * with backoff).
+ */
+export function defaultErrorPolicy(err: unknown): ErrorDecision | undefined {
+  if (isFenced(err)) {
+    return {
+      requeue: true,
+      expected: {
+        message: "Writes fenced: the Lease renewal is stale; requeued",
+        fields: { reason: err.reason, request: err.request, renewalAgeMs: err.renewalAgeMs },
+      },
+    };
+  }
+  if (isThrottled(err)) {
+    return {
+      requeue: true,
+      minDelayMs: (err.retryAfterSeconds ?? 0) * 1000,
+      expected: {
+        message: "Throttled by the apiserver; requeued",
+        fields: { code: err.code, request: err.request, retryAfterSeconds: err.retryAfterSeconds },
+      },
+    };
+  }
+  if (isConflict(err)) {
+    return {
+      requeue: true,
+      expected: {
+        message: "Conflict with a newer version; requeued",
+        fields: { request: (err as { request?: string }).request },
+      },
+    };
+  }
+  return undefined;
+}
+
 /** Options of {@link Controller}. */
 export interface ControllerOptions {
   /** Name in metrics (`controller` and queue `name` labels) and logs. */
@@ -81,7 +148,7 @@ export interface ControllerOptions {
   reconcileTimeoutMs?: number;
   /** Every key of `allKeys` is added again this often (ms, ±10% jitter); 0 = never. Default {@link DEFAULT_SYNC_PERIOD_MS}. */
   syncPeriodMs?: number;
-  /** Requeue decision after an error; default: backoff. See {@link ErrorPolicy}. */
+  /** Requeue decision after an error; default {@link defaultErrorPolicy}. See {@link ErrorPolicy}. */
   errorPolicy?: ErrorPolicy;
   /** Keys of every primary object (for the sync period and for a new leader's first pass). */
   allKeys?: () => string[];
@@ -164,6 +231,33 @@ export class Controller {
     this.#fence.abort(new Error("leadership lost: writes stopped"));
   }
 
+  /**
+   * The decision for a reconcile that threw: a timeout is an error (backoff), a fence abort (a
+   * lost Lease) an expected requeue; otherwise the policy's, or {@link defaultErrorPolicy}'s.
+   */
+  #decide(
+    err: unknown,
+    key: string,
+    ctx: ReconcileContext,
+    timedOut: boolean,
+  ): ErrorDecision | undefined {
+    if (timedOut) return undefined;
+    if (this.#fence.signal.aborted) {
+      return {
+        requeue: true,
+        expected: { message: "Reconcile aborted: leadership lost; requeued" },
+      };
+    }
+    try {
+      return this.#o.errorPolicy?.(err, key, ctx) ?? defaultErrorPolicy(err);
+    } catch (policyErr) {
+      ctx.logger.error("Error policy failed; retrying with backoff", {
+        error: errorText(policyErr),
+      });
+      return undefined;
+    }
+  }
+
   #updateGauges(): void {
     const m = this.#o.metrics;
     if (!m) return;
@@ -204,27 +298,32 @@ export class Controller {
         this.queue.forget(key);
       }
     } catch (err) {
-      result = "error";
-      o.metrics?.reconcileErrors.inc({ controller: this.name });
-      let decision: ReconcileResult | undefined;
-      try {
-        decision = o.errorPolicy?.(err, key, ctx);
-      } catch (policyErr) {
-        logger.error("Error policy failed; retrying with backoff", {
-          error: errorText(policyErr),
-        });
-      }
+      const timedOut = signal.aborted && !this.#fence.signal.aborted;
+      const decision = this.#decide(err, key, ctx, timedOut);
       let delayMs: number | undefined;
       if (decision?.requeueAfterMs !== undefined && decision.requeueAfterMs > 0) {
-        delayMs = decision.requeueAfterMs;
+        delayMs = Math.max(decision.requeueAfterMs, decision.minDelayMs ?? 0);
         this.queue.addAfter(key, delayMs);
-      } else if (!decision || decision.requeue) delayMs = this.queue.addRateLimited(key);
-      const timedOut = signal.aborted && !this.#fence.signal.aborted;
-      logger.error("Reconciler error", {
-        error: timedOut ? `reconcile timed out after ${o.reconcileTimeoutMs} ms` : errorText(err),
-        retryInMs: delayMs === undefined ? undefined : Math.round(delayMs),
-        retries: this.queue.numRequeues(key),
-      });
+      } else if (!decision || decision.requeue || decision.minDelayMs) {
+        delayMs = this.queue.addRateLimited(key, decision?.minDelayMs ?? 0);
+      }
+      if (decision?.expected) {
+        result = (decision.requeueAfterMs ?? 0) > 0 || (decision.minDelayMs ?? 0) > 0
+          ? "requeue_after"
+          : "requeue";
+        logger.info(decision.expected.message, {
+          ...decision.expected.fields,
+          retryInMs: delayMs === undefined ? undefined : Math.round(delayMs),
+        });
+      } else {
+        result = "error";
+        o.metrics?.reconcileErrors.inc({ controller: this.name });
+        logger.error("Reconciler error", {
+          error: timedOut ? `reconcile timed out after ${o.reconcileTimeoutMs} ms` : errorText(err),
+          retryInMs: delayMs === undefined ? undefined : Math.round(delayMs),
+          retries: this.queue.numRequeues(key),
+        });
+      }
     } finally {
       this.#active--;
       o.metrics?.reconcileTime.observe(
@@ -353,7 +452,7 @@ export interface ControllerDefinition<P extends KubeObject> {
   watches?: MappedWatch[];
   /** Reconciles one key; see {@link ReconcileFn}. */
   reconcile: ReconcileFn;
-  /** Requeue decision after an error; default backoff. See {@link ErrorPolicy}. */
+  /** Requeue decision after an error; default {@link defaultErrorPolicy}. See {@link ErrorPolicy}. */
   errorPolicy?: ErrorPolicy;
   /** Workers; default the manager's, else {@link DEFAULT_MAX_CONCURRENT_RECONCILES}. */
   maxConcurrentReconciles?: number;

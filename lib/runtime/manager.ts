@@ -21,6 +21,10 @@
  *   (controller-runtime's `SecureServing` default), or with `metricsSecure` over HTTPS with each
  *   request authenticated (TokenReview) and authorized (SubjectAccessReview) through a client of
  *   its own (metrics_server.ts, delegated_auth.ts). `/healthz` and `/readyz` stay plain HTTP.
+ * - With `leaderElect`, the elector's `LeaseFence` (leader.ts) is put on `client` as its write
+ *   fence: no write of this process (reconcilers, Events) leaves unless, at the moment it is sent,
+ *   this replica holds the Lease and its last renewal is younger than the renew deadline (S13).
+ *   The Lease goes through `leaderElectionClient`, which must be another client (no fence).
  * - When `signal` aborts (SIGTERM/SIGINT): stop taking keys, give in-flight reconciles
  *   `gracefulShutdownTimeoutMs`, release the Lease (holder cleared, duration 1 s), stop informers
  *   and servers, resolve with exit code 0 (S7).
@@ -28,6 +32,7 @@
  * @module
  */
 import { KubeClient, type KubeObject } from "../kube/client.ts";
+import { isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { realClock } from "./clock.ts";
 import {
@@ -72,8 +77,11 @@ export interface ManagerOptions {
   /** Client of informers, reconcilers and Events. */
   client: KubeClient;
   /**
-   * Client for the Lease only (default: `client`). A separate one keeps renewals out of the
-   * reconcilers' client-side rate limit, so a busy leader does not lose its own Lease.
+   * Client for the Lease only; default one made from `client`'s connection (no retries, no
+   * Retry-After gate). Never `client` itself: `client` gets the Lease's write fence, which the
+   * Lease's own writes must not pass through. A separate one also keeps renewals out of the
+   * reconcilers' rate limit and Retry-After gate, so a busy or throttled leader does not lose
+   * its own Lease.
    */
   leaderElectionClient?: KubeClient;
   /** Metrics served on `/metrics`; default a new {@link Metrics}. */
@@ -267,7 +275,8 @@ export class Manager {
    * `example.com/my-operator`) and this manager's identity; queued Events are flushed (for up to
    * 2 s) on shutdown.
    * @param opts see {@link EventRecorderOptions} (e.g. `terminating`, the namespaces where
-   *   nothing is created any more); failed writes are logged at warning level.
+   *   nothing is created any more); failed writes are logged at warning level (at debug when
+   *   fenced or throttled).
    */
   eventRecorder(
     reportingController: string,
@@ -275,7 +284,11 @@ export class Manager {
   ): EventRecorder {
     const r = new EventRecorder(this.#o.client, reportingController, this.#o.identity, {
       ...opts,
-      onError: (err) => this.#log.warn("Event not recorded", { error: errorText(err) }),
+      onError: (err) =>
+        // Fenced (not the leader now) or throttled: expected, and said elsewhere.
+        isFenced(err) || isThrottled(err)
+          ? this.#log.debug("Event not recorded", { error: errorText(err) })
+          : this.#log.warn("Event not recorded", { error: errorText(err) }),
     });
     this.#recorders.push(r);
     return r;
@@ -494,6 +507,7 @@ export class Manager {
 
     const unwatchConnection = this.#logConnection();
     let elector: LeaderElector | undefined;
+    let ownLeaseClient: KubeClient | undefined;
     let fenced = false;
     const health = parseBindAddress(o.healthProbeBindAddress);
     if (health) {
@@ -583,8 +597,18 @@ export class Manager {
     if (o.leaderElect) {
       const leaseName = `${o.leaderElectionNamespace}/${o.leaderElectionId}`;
       o.metrics.leaderStatus.set({ name: o.leaderElectionId }, 0);
+      // The Lease needs a client without the write fence (and without the reconcilers' Retry-After
+      // gate): the one given, or one of our own on the same connection.
+      let leaseClient = o.leaderElectionClient;
+      if (!leaseClient || leaseClient === o.client) {
+        leaseClient = ownLeaseClient = new KubeClient(o.client.config, {
+          maxRetries: 0,
+          retryAfterGate: false,
+          health: o.client.health,
+        });
+      }
       elector = new LeaderElector({
-        client: o.leaderElectionClient ?? o.client,
+        client: leaseClient,
         namespace: o.leaderElectionNamespace,
         name: o.leaderElectionId,
         identity: o.identity,
@@ -611,6 +635,8 @@ export class Manager {
         onError: (err) =>
           this.#log.warn("Lease attempt failed", { lease: leaseName, error: errorText(err) }),
       });
+      // From now on every write of `client` needs a fresh Lease (S13).
+      o.client.setWriteFence(elector.fence);
       this.#log.info("Waiting for the Lease", { lease: leaseName, identity: o.identity });
       // The elector keeps renewing while the workers drain after SIGTERM: it stops only once
       // they are done, so the Lease is never free while this process may still write
@@ -648,6 +674,7 @@ export class Manager {
       new Promise((r) => setTimeout(r, 2_000)),
     ]);
     if (elector && exitCode === 0) await elector.release(AbortSignal.timeout(5_000));
+    ownLeaseClient?.close();
     informers.abort();
     servers.abort();
     ownAuthClient?.close();

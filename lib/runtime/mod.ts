@@ -31,6 +31,8 @@ export {
   controllerOwnerKeys,
   DEFAULT_MAX_CONCURRENT_RECONCILES,
   DEFAULT_SYNC_PERIOD_MS,
+  defaultErrorPolicy,
+  type ErrorDecision,
   type ErrorPolicy,
   type Informer,
   type MappedWatch,
@@ -40,6 +42,7 @@ export {
   type ReconcileResult,
 } from "./controller.ts";
 export { EventRecorder, type EventRecorderOptions, type EventSpec } from "./events.ts";
+export { type FenceStamp, LeaseFence } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {
   errorText,

@@ -5,7 +5,8 @@
  * - a key is handed to at most one worker at a time; a key added while it is processed is marked
  *   dirty and handed out again after {@link WorkQueue.done};
  * - {@link WorkQueue.addRateLimited} waits the larger of a per-key exponential backoff (5 ms
- *   doubling to 1,000 s) and an overall token bucket (10 per second, burst 100);
+ *   doubling to 1,000 s), an overall token bucket (10 per second, burst 100) and a minimum the
+ *   caller gives (the server's Retry-After, S16);
  *   {@link WorkQueue.forget} resets a key's backoff after success;
  * - {@link WorkQueue.addAfter} keeps the earliest of several pending delays for one key;
  * - {@link WorkQueue.shutDown} stops handing out keys at once; {@link WorkQueue.drain} waits for
@@ -180,10 +181,13 @@ export class WorkQueue {
     return Math.max(perKey, this.#bucket.reserve());
   }
 
-  /** Re-adds `key` after its backoff (a failed reconcile). Returns the delay used (ms). */
-  addRateLimited(key: string): number {
+  /**
+   * Re-adds `key` after its backoff (a failed reconcile), and not before `minDelayMs` (e.g. the
+   * apiserver's Retry-After). Returns the delay used (ms).
+   */
+  addRateLimited(key: string, minDelayMs = 0): number {
     if (this.#shuttingDown) return 0;
-    const ms = this.#whenMs(key);
+    const ms = Math.max(this.#whenMs(key), minDelayMs);
     this.#hooks.onRetry?.();
     this.addAfter(key, ms);
     return ms;

@@ -20,6 +20,10 @@ export interface AuditEvent {
     name?: string;
   };
   responseStatus?: { code?: number };
+  /** Unique id of the request; the apiserver also answers it in the `Audit-Id` header. */
+  auditID?: string;
+  /** When the apiserver received the request (RFC 3339, microseconds). */
+  requestReceivedTimestamp?: string;
   /** e.g. `authorization.k8s.io/decision`: `allow` or `forbid`. */
   annotations?: Record<string, string>;
   stageTimestamp: string;
@@ -62,4 +66,16 @@ export async function operatorWrites(sinceMs: number, namespace?: string): Promi
 /** One line per event, for assertion messages. */
 export function describe(events: AuditEvent[]): string {
   return events.map((e) => `${e.verb} ${e.requestURI} -> ${e.responseStatus?.code}`).join("\n");
+}
+
+/** Epoch ms (fractional, to the microsecond) of an RFC 3339 time with up to 9 fraction digits. */
+export function microTimeMs(ts: string): number {
+  const m = /^(.*T\d{2}:\d{2}:\d{2})(?:\.(\d+))?Z$/.exec(ts);
+  if (!m) return Date.parse(ts);
+  return Date.parse(`${m[1]}Z`) + Number(`0.${m[2] ?? "0"}`) * 1000;
+}
+
+/** When the apiserver received the request (epoch ms, to the microsecond). */
+export function receivedMs(e: AuditEvent): number {
+  return microTimeMs(e.requestReceivedTimestamp ?? e.stageTimestamp);
 }

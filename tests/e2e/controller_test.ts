@@ -18,6 +18,10 @@ import {
   dropNamespace,
   getAs,
   installCrd,
+  isRunning,
+  type LogLine,
+  logsOf,
+  metricSum,
   newNamespace,
   type Operator,
   sleep,
@@ -37,32 +41,9 @@ import {
 
 const CRD_NAME = "appservices.apps.our-org.com";
 
-type LogLine = Record<string, unknown> & { properties?: Record<string, unknown> };
-
-function logsOf(op: Operator, message: string): LogLine[] {
-  return op.logs().filter((l) => l.message === message) as LogLine[];
-}
-
-/** Sum of the samples of `name` whose labels include `labels` (exposition text). */
-function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
-  let sum = 0;
-  for (const line of text.split("\n")) {
-    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const have: Record<string, string> = {};
-    for (const kv of (m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)) have[kv[1]] = kv[2];
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) sum += Number(m[4]);
-  }
-  return sum;
-}
-
 async function readyz(op: Operator): Promise<{ status: number; body: string }> {
   const r = await fetch(`http://127.0.0.1:${op.healthPort}/readyz`);
   return { status: r.status, body: await r.text() };
-}
-
-function isRunning(op: Operator): Promise<boolean> {
-  return Promise.race([op.status.then(() => false), sleep(50).then(() => true)]);
 }
 
 function condition(as: AppService, type: string) {

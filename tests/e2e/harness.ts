@@ -6,11 +6,12 @@
  *
  * @module
  */
+import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import { parse as parseYaml, stringify } from "yaml";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { loadClusterConfig } from "../../lib/kube/config.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
-import { CRDS, NAMESPACES } from "../../lib/kube/resources.ts";
+import { CRDS, LEASES, NAMESPACES } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { type ClusterInfo, readClusterInfo } from "../cluster/cluster.ts";
 import { startFlags } from "../../scripts/compile.ts";
@@ -308,4 +309,53 @@ export async function stopChild(
 /** Reads one AppService. */
 export async function getAs(ns: string, name: string): Promise<AppService> {
   return await (await admin()).get<AppService>(APPSERVICES as never, name, { namespace: ns });
+}
+
+/** One parsed JSON log line of the operator (LogTape's JSON Lines format). */
+export type LogLine = Record<string, unknown> & { properties?: Record<string, unknown> };
+
+/** The operator's log lines with this `message`. */
+export function logsOf(op: Operator, message: string): LogLine[] {
+  return op.logs().filter((l) => l.message === message) as LogLine[];
+}
+
+/** Sum of the samples of `name` whose labels include `labels` (Prometheus exposition text). */
+export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
+  let sum = 0;
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const have: Record<string, string> = {};
+    for (const kv of (m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)) have[kv[1]] = kv[2];
+    if (Object.entries(labels).every(([k, v]) => have[k] === v)) sum += Number(m[4]);
+  }
+  return sum;
+}
+
+/** The Lease identity an operator campaigns with (from its "Waiting for the Lease" line). */
+export async function leaseIdentityOf(op: Operator): Promise<string> {
+  return await waitFor(
+    "operator identity",
+    () => {
+      const l = logsOf(op, "Waiting for the Lease")[0];
+      return (l?.properties?.identity as string | undefined) ?? undefined;
+    },
+    60_000,
+    100,
+  );
+}
+
+/** Reads a Lease; undefined when absent. */
+export async function getLease(ns: string, name: string): Promise<Lease | undefined> {
+  try {
+    return await (await admin()).get<Lease>(LEASES, name, { namespace: ns });
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
+
+/** Whether the operator process is still running (it has not exited within 50 ms). */
+export function isRunning(op: Operator): Promise<boolean> {
+  return Promise.race([op.status.then(() => false), sleep(50).then(() => true)]);
 }

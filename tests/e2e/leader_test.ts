@@ -9,8 +9,7 @@ import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import { parse as parseYaml, stringify } from "yaml";
 import { assert, assertEquals } from "../assert.ts";
-import { isNotFound } from "../../lib/kube/errors.ts";
-import { LEASES, PODS } from "../../lib/kube/resources.ts";
+import { PODS } from "../../lib/kube/resources.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
   admin,
@@ -18,7 +17,12 @@ import {
   cluster,
   dropNamespace,
   getAs,
+  getLease,
   installCrd,
+  isRunning,
+  leaseIdentityOf as identityOf,
+  logsOf,
+  metricSum,
   newNamespace,
   type Operator,
   sleep,
@@ -40,38 +44,6 @@ const TIMING_FLAGS = [
 /** Slack for process scheduling on a busy two-core machine. */
 const SLACK_MS = 2_500;
 
-type LogLine = Record<string, unknown> & { properties?: Record<string, unknown> };
-
-function logsOf(op: Operator, message: string): LogLine[] {
-  return op.logs().filter((l) => l.message === message) as LogLine[];
-}
-
-/** The Lease identity an operator campaigns with (from its "Waiting for the Lease" line). */
-async function identityOf(op: Operator): Promise<string> {
-  return await waitFor(
-    "operator identity",
-    () => {
-      const l = logsOf(op, "Waiting for the Lease")[0];
-      return (l?.properties?.identity as string | undefined) ?? undefined;
-    },
-    60_000,
-    100,
-  );
-}
-
-/** Sum of the samples of `name` whose labels include `labels` (exposition text). */
-function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
-  let sum = 0;
-  for (const line of text.split("\n")) {
-    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const have: Record<string, string> = {};
-    for (const kv of (m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)) have[kv[1]] = kv[2];
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) sum += Number(m[4]);
-  }
-  return sum;
-}
-
 /** Writes (POST, PUT, PATCH, DELETE) an operator has sent, from its rest_client_requests_total. */
 async function writesOf(op: Operator): Promise<number> {
   const text = await op.metrics();
@@ -80,19 +52,6 @@ async function writesOf(op: Operator): Promise<number> {
     n += metricSum(text, "rest_client_requests_total", { method });
   }
   return n;
-}
-
-async function getLease(ns: string, name: string): Promise<Lease | undefined> {
-  try {
-    return await (await admin()).get<Lease>(LEASES, name, { namespace: ns });
-  } catch (err) {
-    if (isNotFound(err)) return undefined;
-    throw err;
-  }
-}
-
-function isRunning(op: Operator): Promise<boolean> {
-  return Promise.race([op.status.then(() => false), sleep(50).then(() => true)]);
 }
 
 Deno.test("leader election: three replicas, one reconciles; SIGKILL and SIGTERM failover (S7)", async (t) => {

@@ -1,7 +1,9 @@
 /**
  * The controller (real {@link Controller} and {@link WorkQueue}, fake reconcile functions):
  * independence of keys and per-key exclusivity (S5), retries with growing backoff and their
- * metrics, reconcile timeout, sync period, fencing, and the drain on shutdown (S7).
+ * metrics, reconcile timeout, sync period, fencing, the drain on shutdown (S7), and the error
+ * policy: a throttled key requeued after its Retry-After, a fenced one requeued, neither an
+ * error (S13, S16).
  */
 import fc from "fast-check";
 import { assert, assertEquals } from "../assert.ts";
@@ -12,8 +14,10 @@ import {
   type ControllerOptions,
   DEFAULT_MAX_CONCURRENT_RECONCILES,
   DEFAULT_SYNC_PERIOD_MS,
+  defaultErrorPolicy,
   type ReconcileContext,
 } from "../../lib/runtime/controller.ts";
+import { ApiError, FencedError } from "../../lib/kube/errors.ts";
 import { Metrics } from "../../lib/runtime/metrics.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -482,4 +486,111 @@ Deno.test("controller: fence() aborts in-flight reconciles at once (lost Lease)"
   assert(/leadership lost/.test(String((signal!.reason as Error).message)));
   stop.abort();
   await run;
+});
+
+Deno.test("controller S16: a throttled reconcile is requeued after max(backoff, Retry-After), not an error", async () => {
+  const clock = new FakeClock();
+  const metrics = new Metrics();
+  const calls: number[] = [];
+  const c = controller({
+    clock,
+    metrics,
+    reconcile: () => {
+      calls.push(clock.now());
+      // 429 with Retry-After 8 s (API Priority and Fairness), then 503 with 2 s, then success.
+      if (calls.length === 1) {
+        return Promise.reject(new ApiError(429, { code: 429 }, { retryAfterSeconds: 8 }));
+      }
+      if (calls.length === 2) {
+        return Promise.reject(new ApiError(503, { code: 503 }, { retryAfterSeconds: 2 }));
+      }
+      return Promise.resolve();
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  c.enqueue("ns/t");
+  await until("first", () => calls.length === 1);
+  await until("requeued", () => c.queue.delayed === 1);
+  clock.advance(7_999); // the per-key backoff (5 ms) alone would have retried long ago
+  await sleep(5);
+  assertEquals(calls.length, 1, "retried before the Retry-After");
+  clock.advance(1);
+  await until("after 8 s", () => calls.length === 2);
+  await until("requeued again", () => c.queue.delayed === 1);
+  clock.advance(1_999);
+  await sleep(5);
+  assertEquals(calls.length, 2);
+  clock.advance(1);
+  await until("after 2 s", () => calls.length === 3);
+  assertEquals(calls.slice(1).map((t, i) => t - calls[i]), [8_000, 2_000]);
+  assertEquals(await counter(metrics.reconcileErrors, { controller: "test" }), 0);
+  assertEquals(
+    await counter(metrics.reconcileTotal, { controller: "test", result: "requeue_after" }),
+    2,
+  );
+  assertEquals(await counter(metrics.reconcileTotal, { controller: "test", result: "error" }), 0);
+  stop.abort();
+  await run;
+});
+
+Deno.test("controller: the error policy maps errors to requeue decisions (fenced, throttled, conflict, other)", async () => {
+  const fenced = new FencedError("RenewalStale", "PATCH /x", 3_500);
+  const f = defaultErrorPolicy(fenced);
+  assert(f?.requeue && f.expected && !f.minDelayMs, JSON.stringify(f));
+  const t = defaultErrorPolicy(new ApiError(429, {}, { retryAfterSeconds: 3 }));
+  assert(t?.expected, "throttled is expected");
+  assertEquals(t.minDelayMs, 3_000);
+  // A client-side 429 (the Retry-After gate refused to send) is the same.
+  const local = new ApiError(429, { reason: "TooManyRequests" }, { retryAfterSeconds: 0.25 });
+  assertEquals(defaultErrorPolicy(local)?.minDelayMs, 250);
+  // 503 only with a Retry-After; without it, an error like any other.
+  assertEquals(defaultErrorPolicy(new ApiError(503, {})), undefined);
+  assertEquals(
+    defaultErrorPolicy(new ApiError(503, {}, { retryAfterSeconds: 1 }))?.minDelayMs,
+    1_000,
+  );
+  assert(defaultErrorPolicy(new ApiError(409, { reason: "Conflict", code: 409 }))?.expected);
+  assertEquals(defaultErrorPolicy(new Error("boom")), undefined);
+  assertEquals(defaultErrorPolicy(new ApiError(422, { reason: "Invalid" })), undefined);
+
+  // Through a controller: a fenced reconcile is requeued with backoff and not counted; a policy
+  // of the controller's own decides before the default.
+  const clock = new FakeClock();
+  const metrics = new Metrics();
+  let n = 0;
+  const c = controller({
+    clock,
+    metrics,
+    reconcile: () => ++n === 1 ? Promise.reject(fenced) : Promise.resolve(),
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  c.enqueue("ns/f");
+  await until("requeued", () => c.queue.delayed === 1);
+  clock.advance(5);
+  await until("retried after the backoff", () => n === 2);
+  assertEquals(await counter(metrics.reconcileErrors, { controller: "test" }), 0);
+  assertEquals(await counter(metrics.reconcileTotal, { controller: "test", result: "requeue" }), 1);
+  stop.abort();
+  await run;
+
+  const seen: unknown[] = [];
+  const m2 = new Metrics();
+  const c2 = controller({
+    clock,
+    metrics: m2,
+    reconcile: () => Promise.reject(new Error("permanent")),
+    errorPolicy: (err) => {
+      seen.push(err);
+      return { requeue: true, minDelayMs: 60_000, expected: { message: "Later" } };
+    },
+  });
+  const stop2 = new AbortController();
+  const run2 = c2.run(stop2.signal, 1_000);
+  c2.enqueue("ns/p");
+  await until("policy consulted", () => seen.length === 1 && c2.queue.delayed === 1);
+  assertEquals(await counter(m2.reconcileErrors, { controller: "test" }), 0);
+  stop2.abort();
+  await run2;
 });

@@ -300,9 +300,29 @@ Deno.test("leader: a leader that cannot renew within the renew deadline has lost
   assertEquals(events, ["started", "lost"]);
   assert(!a.isLeader);
   assertEquals(clock.now() - lastRenew, 3_000);
-  assert(errors.length >= 3, `attempts reported: ${errors.length}`);
+  // Two failed renewals; at the deadline itself no attempt is made (the fence is already closed).
+  assert(errors.length >= 2, `attempts reported: ${errors.length}`);
+  assert(!a.fence.open, "the fence is closed");
   // A lost leader does not release (it must not write any more).
   api.failWith = undefined;
   assertEquals(await a.release(), false);
   assertEquals(api.lease!.spec!.holderIdentity, "a");
+});
+
+Deno.test("leader S13: the fence counts from the Lease write, not from a slow read before it", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  let unblock!: () => void;
+  const held = new Promise<void>((r) => unblock = r);
+  const base = api.client() as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+  // The read hangs (a connection stalled) far past the renew deadline, then the write goes fast.
+  const slow = { ...base, get: async (...a: unknown[]) => (await held, base.get(...a)) };
+  const a = elector(api, "a", clock, { client: slow as unknown as KubeClient });
+  const attempt = a.tryAcquireOrRenew();
+  clock.advance(10_000);
+  unblock();
+  assert(await attempt);
+  assert(a.fence.open, "a fresh Lease with a closed fence");
+  assertEquals(a.fence.renewalAgeMs(), 0);
+  a.fence.revoke();
 });

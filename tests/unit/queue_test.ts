@@ -134,3 +134,13 @@ Deno.test("queue: property — exclusive per key, adds never lost, duplicates me
     { numRuns: 300 },
   );
 });
+
+Deno.test("queue S16: addRateLimited waits the larger of the backoff and a minimum (Retry-After)", () => {
+  const clock = new FakeClock();
+  const q = new WorkQueue({ clock, qps: 0 });
+  assertEquals(q.addRateLimited("k", 8_000), 8_000); // backoff 5 ms < Retry-After 8 s
+  assertEquals(q.addRateLimited("k"), 10);
+  assertEquals(q.addRateLimited("k", 1), 20); // the backoff is larger
+  assertEquals(q.numRequeues("k"), 3);
+  assertEquals(q.delayed, 1);
+});
