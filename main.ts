@@ -12,6 +12,7 @@ import { type ClusterConfig, loadClusterConfig } from "./lib/kube/config.ts";
 import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { Manager } from "./lib/runtime/manager.ts";
+import { ListenError } from "./lib/runtime/health.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
 import { REVIEW_TIMEOUT_MS } from "./lib/runtime/delegated_auth.ts";
@@ -211,7 +212,10 @@ async function main(): Promise<number> {
   try {
     return await manager.run(stop.signal);
   } catch (err) {
-    if (err instanceof Error && err.name === "AddrInUse") fail(`cannot listen: ${err.message}`);
+    if (err instanceof ListenError) {
+      const flag = err.server === "health" ? "health-probe-bind-address" : "metrics-bind-address";
+      fail(`${err.message}; choose another address with --${flag} (or 0 to turn it off)`);
+    }
     return fail(errorText(err));
   } finally {
     client.close();

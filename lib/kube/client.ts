@@ -659,7 +659,10 @@ export class KubeClient {
         const parsed = JSON.parse(text);
         if (parsed?.kind === "Status") status = parsed;
       } catch { /* not JSON */ }
-      if (!status) status = { message: text.slice(0, 200) || resp.statusText, code: resp.status };
+      // A plain-text body (e.g. "404 page not found\n" for a type the apiserver does not serve).
+      if (!status) {
+        status = { message: text.trim().slice(0, 200) || resp.statusText, code: resp.status };
+      }
       if (resp.status === 401 && !retriedAuth) {
         retriedAuth = true;
         this.#creds.invalidate();

@@ -28,6 +28,54 @@ export function parseBindAddress(value: string): BindAddress | undefined {
   return { hostname: m[1] ?? (m[2] || "0.0.0.0"), port };
 }
 
+/** Which of the Manager's servers a {@link ListenError} is about. */
+export type ServerName = "health" | "metrics";
+
+/**
+ * A server of the Manager could not listen on its bind address (taken by another process, or a
+ * port below 1024 without the privilege). `server` says which (`health`: `/healthz` and
+ * `/readyz`; `metrics`: `/metrics`), `address` is the bind address as given, `reason` is
+ * `AddrInUse`, `PermissionDenied` or the error's name; the cause is kept in `cause`.
+ * Thrown by `Manager.run` before anything reconciles.
+ */
+export class ListenError extends Error {
+  /** Always `ListenError`. */
+  override name = "ListenError";
+  /** The server that could not listen. */
+  readonly server: ServerName;
+  /** Its bind address, as given (`host:port` or `:port`). */
+  readonly address: string;
+  /** `AddrInUse`, `PermissionDenied` or the name of another error. */
+  readonly reason: string;
+
+  /** Wraps `cause`, the error of the listen call. */
+  constructor(server: ServerName, address: string, cause: unknown) {
+    const reason = cause instanceof Deno.errors.AddrInUse
+      ? "AddrInUse"
+      : cause instanceof Deno.errors.PermissionDenied
+      ? "PermissionDenied"
+      : cause instanceof Error
+      ? cause.name
+      : "Error";
+    const what = reason === "AddrInUse"
+      ? "address already in use"
+      : reason === "PermissionDenied"
+      ? "permission denied"
+      : cause instanceof Error
+      ? cause.message
+      : String(cause);
+    super(
+      `cannot listen on ${address} for ${
+        server === "health" ? "/healthz and /readyz" : "/metrics"
+      }: ${what}`,
+      { cause },
+    );
+    this.server = server;
+    this.address = address;
+    this.reason = reason;
+  }
+}
+
 /** A named check; returns undefined when healthy, or the reason it is not. */
 export type Check = () => string | undefined;
 

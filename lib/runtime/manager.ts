@@ -32,7 +32,7 @@
  * @module
  */
 import { KubeClient, type KubeObject } from "../kube/client.ts";
-import { isFenced, isThrottled } from "../kube/errors.ts";
+import { ApiError, isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { realClock } from "./clock.ts";
 import {
@@ -47,7 +47,9 @@ import {
   checksHandler,
   connectionCheck,
   informerCheck,
+  ListenError,
   parseBindAddress,
+  type ServerName,
   serveRoutes,
 } from "./health.ts";
 import {
@@ -423,6 +425,7 @@ export class Manager {
             logger.warn(ev.phase === "list" ? "List failed" : "Watch failed", {
               error: errorText(ev.error),
               retryInMs: Math.round(ev.retryInMs),
+              ...listWatchHint(ev.error, resource),
             });
             break;
           default: {
@@ -487,7 +490,8 @@ export class Manager {
 
   /**
    * Runs until `signal` aborts (resolves 0 after a clean shutdown) or the Lease is lost
-   * (resolves 1). Throws only for start-up errors (e.g. a bind address in use).
+   * (resolves 1). Throws only for start-up errors: a {@link ListenError} when the health-probe or
+   * metrics address cannot be bound (in use, or a privileged port), having stopped what it started.
    */
   async run(signal: AbortSignal): Promise<number> {
     this.#notRunning("Manager.run");
@@ -510,20 +514,31 @@ export class Manager {
     let ownLeaseClient: KubeClient | undefined;
     let fenced = false;
     const health = parseBindAddress(o.healthProbeBindAddress);
+    const stopStarted = () => {
+      servers.abort();
+      informers.abort();
+      unwatchConnection();
+    };
     if (health) {
-      const s = serveRoutes(health, {
-        "/healthz": checksHandler({
-          ping: () => undefined,
-          lease: () => fenced ? "lost the Lease" : undefined,
-        }),
-        "/readyz": checksHandler({
-          ...Object.fromEntries(allInformers.map((i) => [
-            `informer-${i.name}`,
-            informerCheck(i.reflector, realClock.now),
-          ])),
-          apiserver: connectionCheck(o.client.health, realClock.now, () => this.#trustHint()),
-        }),
-      }, servers.signal);
+      let s;
+      try {
+        s = serveRoutes(health, {
+          "/healthz": checksHandler({
+            ping: () => undefined,
+            lease: () => fenced ? "lost the Lease" : undefined,
+          }),
+          "/readyz": checksHandler({
+            ...Object.fromEntries(allInformers.map((i) => [
+              `informer-${i.name}`,
+              informerCheck(i.reflector, realClock.now),
+            ])),
+            apiserver: connectionCheck(o.client.health, realClock.now, () => this.#trustHint()),
+          }),
+        }, servers.signal);
+      } catch (err) {
+        stopStarted();
+        throw listenFailure("health", o.healthProbeBindAddress, err);
+      }
       this.ports.health = s.port;
     }
     const metricsAddr = parseBindAddress(o.metricsBindAddress);
@@ -553,14 +568,12 @@ export class Manager {
         this.#log.info("Serving metrics", {
           port: s.port,
           secure: o.metricsSecure,
-          certificate: s.certificate?.source,
+          ...(s.certificate ? { certificate: s.certificate.source } : {}),
         });
       } catch (err) {
-        servers.abort();
-        informers.abort();
+        stopStarted();
         ownAuthClient?.close();
-        unwatchConnection();
-        throw err;
+        throw listenFailure("metrics", o.metricsBindAddress, err);
       }
     }
     this.#log.info("Started", {
@@ -683,4 +696,30 @@ export class Manager {
     this.#log.info("Stopped", { exitCode });
     return exitCode;
   }
+}
+
+/** A listen call's error as a {@link ListenError} naming the server; other errors unchanged. */
+function listenFailure(server: ServerName, address: string, err: unknown): unknown {
+  return err instanceof Deno.errors.AddrInUse || err instanceof Deno.errors.PermissionDenied
+    ? new ListenError(server, address, err)
+    : err;
+}
+
+/**
+ * What a newcomer needs next to a failed list or watch (the log's `hint`): a 404 means the
+ * apiserver does not serve the resource type (a CRD not installed, or deleted), a 403 that the
+ * user may not list or watch it (RBAC). Branches on the HTTP code only; `{}` for anything else.
+ */
+export function listWatchHint(err: unknown, resource: ResourceType): { hint?: string } {
+  if (!(err instanceof ApiError)) return {};
+  const what = `${resource.plural} (${resource.apiVersion})`;
+  if (err.code === 404) {
+    return {
+      hint: `the apiserver does not serve ${what}: is its CustomResourceDefinition installed?`,
+    };
+  }
+  if (err.code === 403) {
+    return { hint: `this user may not list or watch ${what}: check its RBAC` };
+  }
+  return {};
 }

@@ -237,7 +237,13 @@ export async function startMetricsServer(o: MetricsServerOptions): Promise<Metri
   await new Promise<void>((resolve, reject) => {
     server.once("error", (err: Error & { code?: string }) => {
       const where = `${o.address.hostname}:${o.address.port}`;
-      reject(err.code === "EADDRINUSE" ? new Deno.errors.AddrInUse(`${where} is in use`) : err);
+      reject(
+        err.code === "EADDRINUSE"
+          ? new Deno.errors.AddrInUse(`${where} is in use`)
+          : err.code === "EACCES"
+          ? new Deno.errors.PermissionDenied(`${where}: permission denied`)
+          : err,
+      );
     });
     server.listen(o.address.port, o.address.hostname, () => resolve());
   });

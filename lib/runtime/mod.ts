@@ -42,6 +42,7 @@ export {
   type ReconcileResult,
 } from "./controller.ts";
 export { EventRecorder, type EventRecorderOptions, type EventSpec } from "./events.ts";
+export { ListenError, type ServerName } from "./health.ts";
 export { type FenceStamp, LeaseFence } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {

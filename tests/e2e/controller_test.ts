@@ -236,6 +236,15 @@ Deno.test("controller S11: started before the CRD exists, not ready, retries, re
       }`,
     );
     assertBackoff(fails, Date.now() - started);
+    // The log says what to do (README troubleshooting), and the body's text has no stray newline.
+    for (const l of fails) {
+      assert(
+        /is its CustomResourceDefinition installed\?/.test(String(l.properties?.hint)),
+        JSON.stringify(l),
+      );
+      assert(!/\n/.test(String(l.properties?.error)), JSON.stringify(l.properties?.error));
+    }
+    assert(!/\n\)/.test(notReady.body), notReady.body);
     assert(await isRunning(op));
 
     // The CRD appears: ready by itself, and it reconciles.
@@ -385,6 +394,10 @@ Deno.test("controller S11: without permission to list, not ready, retries, recov
       );
       const fails = listFailures(op, inf);
       assertBackoff(fails, Date.now() - started);
+      assert(
+        fails.every((l) => /check its RBAC/.test(String(l.properties?.hint))),
+        JSON.stringify(fails[0]),
+      );
     }
     assert(await isRunning(op));
 

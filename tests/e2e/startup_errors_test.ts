@@ -82,6 +82,32 @@ Deno.test("start-up errors: one line, non-zero exit", async (t) => {
       );
     });
 
+    // The probe or metrics port is taken (a second operator, the example controller): the last
+    // line names the address and the flag to change (after the `Connected` log line).
+    for (const which of ["health-probe-bind-address", "metrics-bind-address"]) {
+      await t.step(`--${which} in use`, async () => {
+        const taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+        try {
+          const port = (taken.addr as Deno.NetAddr).port;
+          const r = await runOperator([
+            `--kubeconfig=${info.kubeconfig}`,
+            `--${which}=127.0.0.1:${port}`,
+            "--metrics-secure=false",
+          ]);
+          assert(r.code !== 0);
+          const last = r.stderr.split("\n").at(-1) ?? "";
+          assert(
+            last.startsWith(`error: cannot listen on 127.0.0.1:${port} `) &&
+              last.includes("address already in use") && last.includes(`--${which}`),
+            `last line: ${last}`,
+          );
+          assert(!/\bat .*\.ts:\d+/.test(r.stderr), "stack trace printed");
+        } finally {
+          taken.close();
+        }
+      });
+    }
+
     await t.step("an unknown flag", async () => {
       const r = await runOperator(["--frobnicate"]);
       assert(r.code !== 0);
