@@ -143,7 +143,11 @@ const KeySelector = (what: string) =>
       pattern: CONFIG_KEY_PATTERN,
       description: `Key in the ${what}.`,
     }),
-    optional: Type.Optional(Type.Boolean()),
+    optional: Type.Optional(Type.Boolean({
+      description: `The Pod starts even if the ${what} or its key is missing.`,
+    })),
+  }, {
+    description: `A key of a ${what} in the AppService's namespace.`,
   });
 
 /** Downward API field paths a container's env may read (validEnvDownwardAPIFieldPathExpressions). */
@@ -175,7 +179,7 @@ const FieldRef = Type.Object({
       ),
     ],
   }),
-});
+}, { description: "A field of the Pod (downward API)." });
 
 /** core/v1 ResourceFieldSelector as an env source (validateContainerResourceFieldSelector). */
 const ResourceFieldRef = Type.Object({
@@ -190,8 +194,11 @@ const ResourceFieldRef = Type.Object({
   divisor: Type.Optional(Type.Union([Type.Integer(), Type.String()], {
     "x-kubernetes-int-or-string": true,
     maxLength: 8,
+    description: "Unit of the value: 1m or 1 for cpu; 1, 1k...1E or 1Ki...1Ei otherwise " +
+      "(default 1).",
   })),
 }, {
+  description: "A resource limit or request of the container (downward API).",
   "x-kubernetes-validations": [
     celRule({
       rule: "!has(self.divisor) || string(self.divisor) in (self.resource.endsWith('.cpu') ? " +
@@ -216,13 +223,15 @@ export const EnvVar = Type.Object({
     description: "Environment variable name (letters, digits, '_', '-', '.'; not starting " +
       "with a digit or '..').",
   }),
-  value: Type.Optional(Type.String()),
+  value: Type.Optional(Type.String({ description: "Literal value (default empty)." })),
   valueFrom: Type.Optional(Type.Object({
     fieldRef: Type.Optional(FieldRef),
     resourceFieldRef: Type.Optional(ResourceFieldRef),
     configMapKeyRef: Type.Optional(KeySelector("ConfigMap")),
     secretKeyRef: Type.Optional(KeySelector("Secret")),
   }, {
+    description: "Where the value comes from: exactly one of fieldRef, resourceFieldRef, " +
+      "configMapKeyRef, secretKeyRef (not with a non-empty value).",
     "x-kubernetes-validations": [
       celRule({
         rule: ENV_SOURCES.map((k) => `(has(self.${k}) ? 1 : 0)`).join(" + ") + " == 1",
@@ -231,6 +240,7 @@ export const EnvVar = Type.Object({
     ],
   })),
 }, {
+  description: "An environment variable of the container.",
   "x-kubernetes-validations": [
     celRule({
       rule: "!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",
@@ -261,10 +271,17 @@ export const ContainerPort = Type.Object({
     Type.Literal("TCP"),
     Type.Literal("UDP"),
     Type.Literal("SCTP"),
-  ], { default: "TCP" })),
-  hostIP: Type.Optional(Type.String({ maxLength: 45 })),
-  hostPort: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
-});
+  ], { default: "TCP", description: "TCP (default), UDP or SCTP." })),
+  hostIP: Type.Optional(Type.String({
+    maxLength: 45,
+    description: "Host IP to bind hostPort to.",
+  })),
+  hostPort: Type.Optional(Type.Integer({
+    minimum: 1,
+    maximum: 65535,
+    description: "Port on the Node that forwards to containerPort (rarely needed).",
+  })),
+}, { description: "A port of the container, and of the Service." });
 
 type PortT = {
   name?: string;
@@ -282,6 +299,8 @@ type PortT = {
  */
 const Ports = Type.Array(ContainerPort, {
   maxItems: 20,
+  description: "Ports of the container (at most 20); when not empty, a ClusterIP Service " +
+    "named like the AppService exposes them.",
   "x-kubernetes-list-type": "map",
   "x-kubernetes-list-map-keys": ["containerPort", "protocol"],
   "x-kubernetes-validations": [
@@ -327,6 +346,8 @@ const isResourceName = (k: string) =>
 /** core/v1 ResourceList: resource name -> quantity. */
 const ResourceList = Type.Record(Type.String(), Quantity, {
   maxProperties: 8,
+  description: "Resource name (cpu, memory, ephemeral-storage, hugepages-<size>, " +
+    "<domain>/<name>) to quantity (e.g. 500m, 64Mi).",
   "x-kubernetes-validations": [
     celRule({
       rule: `self.all(k, k in ${JSON.stringify(STANDARD_RESOURCES)} || ` +
@@ -372,6 +393,8 @@ export const ResourceRequirements = Type.Object({
   limits: Type.Optional(ResourceList),
   requests: Type.Optional(ResourceList),
 }, {
+  description: "Compute resources of the container: requests (what the scheduler reserves) " +
+    "and limits (the most it may use), as in a Pod.",
   "x-kubernetes-validations": [
     celRule({
       rule: "!has(self.requests) || !has(self.limits) || self.requests.all(k, " +
@@ -426,7 +449,10 @@ export const RestartPolicy = Type.Union([
   Type.Literal("Always"),
   Type.Literal("OnFailure"),
   Type.Literal("Never"),
-], { default: "Always", description: "Pod restartPolicy." });
+], {
+  default: "Always",
+  description: "The Pods' restartPolicy: Always (default), OnFailure or Never.",
+});
 
 /** AppService spec. */
 export const AppServiceSpec = Type.Object({
@@ -441,11 +467,12 @@ export const AppServiceSpec = Type.Object({
     minimum: 1,
     maximum: 10,
     default: 1,
-    description: "Number of Pods (1 to 10).",
+    description: "Number of Pods (1 to 10, default 1).",
   })),
   resources: Type.Optional(ResourceRequirements),
   env: Type.Optional(Type.Array(EnvVar, {
     maxItems: 100,
+    description: "Environment variables of the container (one per name, at most 100).",
     // One entry per name, as core/v1 Container.env declares it (a later duplicate would silently
     // hide an earlier one).
     "x-kubernetes-list-type": "map",
@@ -453,72 +480,114 @@ export const AppServiceSpec = Type.Object({
   })),
   ports: Type.Optional(Ports),
   restartPolicy: Type.Optional(RestartPolicy),
-});
+}, { description: "What to run: the operator keeps this many Pods and a Service matching it." });
 
 /** meta/v1 Condition. */
 export const Condition = Type.Object({
-  type: Type.String(),
-  status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")]),
-  reason: Type.String(),
-  message: Type.String(),
-  lastTransitionTime: Type.String({ format: "date-time" }),
-  observedGeneration: Type.Optional(Type.Integer({ minimum: 0 })),
+  type: Type.String({ description: "Ready, Progressing or Degraded." }),
+  status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")], {
+    description: "True, False or Unknown.",
+  }),
+  reason: Type.String({
+    description: "Why, in one CamelCase word (e.g. AllReplicasReady, ImagePullBackOff); see " +
+      "README, Conditions and what to do.",
+  }),
+  message: Type.String({ description: "Details for a human (names the Pod when one is stuck)." }),
+  lastTransitionTime: Type.String({
+    format: "date-time",
+    description: "When status last changed.",
+  }),
+  observedGeneration: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "The metadata.generation the condition was computed from.",
+  })),
 });
 
 /** One state of a container, as core/v1 ContainerState reports it (timestamps left out but `startedAt`). */
 export const ContainerStateEntry = Type.Object({
   waiting: Type.Optional(Type.Object({
     reason: Type.Optional(Type.String({ description: "e.g. ImagePullBackOff, CrashLoopBackOff." })),
-    message: Type.Optional(Type.String()),
-  })),
-  running: Type.Optional(Type.Object({ startedAt: Type.Optional(Type.String()) })),
+    message: Type.Optional(Type.String({ description: "The kubelet's message." })),
+  }, { description: "Not running yet, and why." })),
+  running: Type.Optional(Type.Object({
+    startedAt: Type.Optional(Type.String({ description: "When the container started." })),
+  }, { description: "Running." })),
   terminated: Type.Optional(Type.Object({
     reason: Type.Optional(Type.String({ description: "e.g. OOMKilled, Error, Completed." })),
-    exitCode: Type.Integer(),
-    signal: Type.Optional(Type.Integer()),
-    message: Type.Optional(Type.String()),
-  })),
+    exitCode: Type.Integer({ description: "Exit code of the container's process." }),
+    signal: Type.Optional(Type.Integer({ description: "Signal that ended it, if any." })),
+    message: Type.Optional(Type.String({ description: "The kubelet's message." })),
+  }, { description: "Ended, and how." })),
 });
 
 /** One container of an owned Pod, from core/v1 ContainerStatus. */
 export const ContainerStatusEntry = Type.Object({
-  name: Type.String(),
-  ready: Type.Boolean(),
-  restartCount: Type.Integer({ minimum: 0 }),
-  state: Type.Optional(ContainerStateEntry),
-  lastState: Type.Optional(ContainerStateEntry),
+  name: Type.String({ description: "Container name." }),
+  ready: Type.Boolean({ description: "The container passes its readiness check." }),
+  restartCount: Type.Integer({ minimum: 0, description: "Restarts of the container." }),
+  state: Type.Optional(
+    Type.Object(ContainerStateEntry.properties, { description: "Its current state." }),
+  ),
+  lastState: Type.Optional(
+    Type.Object(ContainerStateEntry.properties, {
+      description: "Its previous state (how the last run ended).",
+    }),
+  ),
 });
 
 /** One owned Pod as reported in status. */
 export const PodStatusEntry = Type.Object({
-  name: Type.String(),
-  phase: Type.String(),
-  ready: Type.Optional(Type.Boolean()),
-  restartCount: Type.Integer({ minimum: 0 }),
-  podIP: Type.Optional(Type.String()),
+  name: Type.String({ description: "Pod name (<appservice>-<ordinal>)." }),
+  phase: Type.String({ description: "Pending, Running, Succeeded, Failed or Unknown." }),
+  ready: Type.Optional(Type.Boolean({ description: "The Pod is Ready." })),
+  restartCount: Type.Integer({ minimum: 0, description: "Restarts of its containers." }),
+  podIP: Type.Optional(Type.String({ description: "The Pod's IP address." })),
   reason: Type.Optional(Type.String({
     description: "Why the Pod cannot become Ready (the kubelet's, the scheduler's or the " +
       "Pod's own reason, e.g. ImagePullBackOff, Unschedulable, Evicted); absent while it can.",
   })),
-  message: Type.Optional(Type.String()),
-  containers: Type.Optional(Type.Array(ContainerStatusEntry)),
+  message: Type.Optional(Type.String({
+    description: "Details of reason (at most 512 characters).",
+  })),
+  containers: Type.Optional(Type.Array(ContainerStatusEntry, {
+    description: "Its containers, as the kubelet reports them.",
+  })),
 });
 
 /** AppService status (written only through the status subresource). */
 export const AppServiceStatus = Type.Object({
   ready: Type.Optional(Type.Boolean({ description: "All desired Pods are Ready." })),
   /** Pods that exist and are not terminating (the scale subresource's status replicas). */
-  replicas: Type.Optional(Type.Integer({ minimum: 0 })),
+  replicas: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "Pods that exist and are not terminating.",
+  })),
   /** Label selector of the Pods, as a string (the scale subresource's selector). */
-  selector: Type.Optional(Type.String()),
-  readyReplicas: Type.Optional(Type.Integer({ minimum: 0 })),
+  selector: Type.Optional(Type.String({
+    description: "Label selector of the Pods (for the scale subresource and " +
+      "HorizontalPodAutoscalers).",
+  })),
+  readyReplicas: Type.Optional(Type.Integer({ minimum: 0, description: "Pods that are Ready." })),
   /** "ready/desired", for the Replicas printer column. */
-  replicasSummary: Type.Optional(Type.String()),
-  observedGeneration: Type.Optional(Type.Integer({ minimum: 0 })),
-  lastReconciliation: Type.Optional(Type.String({ format: "date-time" })),
-  conditions: Type.Optional(Type.Array(Condition)),
-  podStatuses: Type.Optional(Type.Array(PodStatusEntry)),
-});
+  replicasSummary: Type.Optional(Type.String({
+    description: "ready/desired, as kubectl get shows it.",
+  })),
+  observedGeneration: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "The metadata.generation this status was computed from.",
+  })),
+  lastReconciliation: Type.Optional(Type.String({
+    format: "date-time",
+    description: "When this status was last written.",
+  })),
+  conditions: Type.Optional(Type.Array(Condition, {
+    description: "Ready (serves, or why not), Progressing (Pods being created, scaled or " +
+      "replaced) and Degraded (a write failed).",
+  })),
+  podStatuses: Type.Optional(Type.Array(PodStatusEntry, {
+    description: "One entry per owned Pod, with why it is stuck while it cannot become Ready.",
+  })),
+}, { description: "What the operator observed (written through the status subresource)." });
 
 /** TypeScript type of the spec, after apiserver defaulting. */
 export type AppServiceSpecT = Static<typeof AppServiceSpec>;
