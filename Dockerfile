@@ -44,12 +44,12 @@ COPY --from=deps /app /app
 ENV DENO_DIR=/deno-dir DENO_NO_UPDATE_CHECK=1 DENO_NO_PROMPT=1
 WORKDIR /app
 USER 65532:65532
-EXPOSE 8080 8081
+EXPOSE 8443 8081
 ENTRYPOINT ["/usr/bin/deno", "run", "--cached-only", "--frozen", "--allow-net", "--allow-read", "--allow-env=KUBECONFIG,HOME,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,APPSERVICE_*,LOG_TOKENS,LOG_STREAM", "--allow-sys=hostname", "--allow-run", "/app/main.ts"]
 
 # Default target: the standalone binary on distroless cc.
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/appservice-operator /appservice-operator
 USER 65532:65532
-EXPOSE 8080 8081
+EXPOSE 8443 8081
 ENTRYPOINT ["/appservice-operator"]

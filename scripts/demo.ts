@@ -101,9 +101,8 @@ async function main(): Promise<number> {
     if (values.once) return 0;
     console.log(
       `\nThe operator keeps running. In another shell:\n  export KUBECONFIG=${info.kubeconfig}\n` +
-        `  ${
-          join(info.binDir, "kubectl")
-        } get as\nPress Ctrl-C to stop the operator and the control plane.`,
+        `  export PATH=${info.binDir}:"$PATH"   # the control plane's kubectl\n` +
+        `  kubectl get as\nPress Ctrl-C to stop the operator and the control plane.`,
     );
     await new Promise<void>((r) =>
       stop.signal.addEventListener("abort", () => r(), { once: true })

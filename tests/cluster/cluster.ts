@@ -7,6 +7,7 @@
  *
  * ```sh
  * deno run -A tests/cluster/cluster.ts up [--nodes N] [--dir D]   # build, start, leave running
+ * deno run -A tests/cluster/cluster.ts env [--dir D]              # its KUBECONFIG and PATH exports
  * deno run -A tests/cluster/cluster.ts down [--dir D]
  * deno run -A tests/cluster/cluster.ts status [--dir D]
  * ```
@@ -1177,8 +1178,21 @@ function errorText(err: unknown): string {
 // ---------------------------------------------------------------------------------------------
 // CLI
 
+/** The shell lines that point kubectl (and the operator) at a cluster: KUBECONFIG and PATH. */
+function exportLines(info: ClusterInfo): string {
+  return `export KUBECONFIG=${shellQuote(info.kubeconfig)}\n` +
+    `export PATH=${shellQuote(info.binDir)}:"$PATH"  # the control plane's kubectl`;
+}
+
+/** `value` as one POSIX shell word (single-quoted only when it needs quoting). */
+function shellQuote(value: string): string {
+  return /^[\w@%+=:,./-]+$/.test(value) ? value : `'${value.replaceAll("'", `'\\''`)}'`;
+}
+
 const USAGE = `usage: deno run -A tests/cluster/cluster.ts <command> [flags]
-  up [--nodes N] [--dir D]   build binaries if needed, start a cluster, leave it running
+  up [--nodes N] [--dir D]   build binaries if needed, start a cluster, leave it running; prints
+                             shell exports of KUBECONFIG and PATH (its kubectl) for eval
+  env [--dir D]              the same exports for the running cluster (no restart)
   down [--dir D]             stop the cluster
   status [--dir D]           show the cluster's processes and API server readiness`;
 
@@ -1209,16 +1223,28 @@ async function cli(args: string[]): Promise<number> {
       try {
         const info = await startCluster({ dir, nodes, signal: abort.signal, outliveProcess: true });
         const seconds = ((performance.now() - startedMs) / 1000).toFixed(1);
+        // Shell input: comments and two exports, so `eval "$(deno task cluster:up)"` sets both.
+        const dirFlag = values.dir ? ` --dir ${dir}` : "";
         console.log(
-          `cluster up in ${seconds}s: ${info.server} (${nodes} kwok node${nodes === 1 ? "" : "s"})`,
+          `# cluster up in ${seconds}s: ${info.server} (${nodes} kwok node${
+            nodes === 1 ? "" : "s"
+          }); stop it with: deno task cluster:down${dirFlag}`,
         );
-        console.log(`kubeconfig: ${info.kubeconfig}`);
-        console.log(`kubectl:    ${join(info.binDir, "kubectl")}`);
-        console.log(`export KUBECONFIG=${info.kubeconfig}`);
+        console.log(`# other shells: eval "$(deno task cluster:env${dirFlag})"`);
+        console.log(exportLines(info));
       } finally {
         Deno.removeSignalListener("SIGINT", onSignal);
         Deno.removeSignalListener("SIGTERM", onSignal);
       }
+      return 0;
+    }
+    case "env": {
+      const info = await readClusterInfo(dir);
+      if (!info) {
+        console.error(`no cluster recorded in ${dir}: start one with deno task cluster:up`);
+        return 1;
+      }
+      console.log(exportLines(info));
       return 0;
     }
     case "down": {

@@ -43,15 +43,27 @@ Deno.test("Dockerfile: base images are build arguments with pinned defaults", ()
   assert(ignore.includes("\n!scripts/image_app.ts\n"), "the deps stage's script is in the context");
 });
 
+/** The container ports of deploy/deployment.yaml (metrics, then probes). */
+function deploymentPorts(): number[] {
+  // deno-lint-ignore no-explicit-any
+  const d = parseAllDocuments(read("deploy/deployment.yaml")).map((x) => x.toJSON() as any)
+    .find((x) => x?.kind === "Deployment");
+  // deno-lint-ignore no-explicit-any
+  return d.spec.template.spec.containers[0].ports.map((p: any) => p.containerPort);
+}
+
 Deno.test("Dockerfile: both final stages are nonroot, shell-free, read-only, same ports", () => {
   const st = stages(dockerfile());
+  // EXPOSE documents the ports deploy/ serves on (HTTPS /metrics :8443 and probes :8081).
+  const expose = `EXPOSE ${deploymentPorts().join(" ")}`;
+  assertEquals(expose, "EXPOSE 8443 8081");
   for (const s of st.filter((s) => s.from === "${RUNTIME_IMAGE}")) {
     const what = s.name ?? "default target";
     assert(s.lines.includes("USER 65532:65532"), `${what} must run as 65532`);
     assert(!s.lines.some((l) => l.startsWith("RUN ")), `${what}: no RUN (no shell there)`);
     // Root-owned files: user 65532 cannot change the program or its dependency cache.
     assert(!s.lines.some((l) => l.includes("--chown") || l.includes("--chmod")), what);
-    assertEquals(s.lines.filter((l) => l.startsWith("EXPOSE")), ["EXPOSE 8080 8081"], what);
+    assertEquals(s.lines.filter((l) => l.startsWith("EXPOSE")), [expose], what);
     assertEquals(s.lines.filter((l) => l.startsWith("ENTRYPOINT")).length, 1, what);
     assert(!s.lines.some((l) => l.startsWith("CMD")), `${what}: args come from the Deployment`);
   }
