@@ -10,7 +10,8 @@
  *    that they are gone, then remove the finalizer with a JSON patch whose `test` op makes it
  *    safe against concurrent change. A failing cleanup keeps the finalizer, sets `Degraded`
  *    (reason CleanupFailed), records a Warning Event and retries with backoff (S6).
- * 3. Otherwise: add the finalizer; delete Pods beyond `replicas` (scale down) and Failed Pods;
+ * 3. Otherwise: add the finalizer; delete Pods beyond `replicas` (scale down) and Failed Pods
+ *    (with growing delay when the Pod of an ordinal fails again, replacements.ts);
  *    create missing ordinals; replace drifted Pods (spec-hash differs) one at a time while the
  *    others stay Ready (or when none is Ready), deleting first and recreating once the old Pod is
  *    gone, so there are never more than `replicas` Pods plus one terminating (S8); create, update
@@ -90,12 +91,14 @@ import { APPSERVICES, FINALIZER } from "./api.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import { desiredService, serviceMatches, servicePatch } from "./service.ts";
 import { isWriteRejection, type Refusal, RejectedWrites } from "./rejections.ts";
+import { type PodFailure, PodReplacements } from "./replacements.ts";
 import {
   type CauseSignature,
   type ConditionInput,
   conditionReason,
   mergeConditions,
   newCauses,
+  podCause,
   podStatuses,
   readyCondition,
   statusChanged,
@@ -152,6 +155,21 @@ interface Failure {
   held?: boolean;
 }
 
+/**
+ * How a failed Pod is reported in `Degraded`: its name, cause (reason and exit code) and when it
+ * is replaced, e.g. `web-0 (Error: container app terminated with exit code 1; failure 3 in a
+ * row, next in 20 s)`. The text depends only on the failure as first seen, so a held reconcile
+ * writes no status.
+ */
+function failedPodText(f: { pod: Pod; failure: PodFailure }): string {
+  const cause = podCause(f.pod);
+  const why = cause ? `${cause.reason}${cause.message ? `: ${cause.message}` : ""}` : "failed";
+  const when = f.failure.delayMs === 0
+    ? "replaced at once"
+    : `failure ${f.failure.failures} in a row, next in ${Math.round(f.failure.delayMs / 1000)} s`;
+  return `${f.pod.metadata?.name} (${why}; ${when})`;
+}
+
 /** Builds the reconcile function for the controller. */
 export function appServiceReconciler(deps: ReconcilerDeps) {
   const now = deps.now ?? Date.now;
@@ -172,6 +190,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   }
 
   const rejected = new RejectedWrites(now);
+  const replacements = new PodReplacements(now);
 
   /**
    * Records a refused write and gives the failure to report: the apiserver's answer, how often,
@@ -396,10 +415,12 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     if (!as) {
       seenCauses.delete(key);
       rejected.forget(key);
+      replacements.forget(key);
       return;
     }
     if (as.metadata.deletionTimestamp) {
       rejected.forget(key);
+      replacements.forget(key);
       return await finalize(as, ctx);
     }
     const { namespace: ns, name } = splitKey(key);
@@ -433,6 +454,8 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const generation = as.metadata.generation ?? 0;
     const owned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
     const failures: Failure[] = [];
+    /** Pods that ended and are (or will be, after their delay) replaced. */
+    const failedPods: { pod: Pod; failure: PodFailure }[] = [];
     const byOrdinal = new Map<number, Pod>();
     const toDelete: { pod: Pod; why: string }[] = [];
     for (const p of owned) {
@@ -447,7 +470,17 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         p.status?.phase === "Failed" ||
         (p.status?.phase === "Succeeded" && (as.spec.restartPolicy ?? "Always") === "Always")
       ) {
-        toDelete.push({ pod: p, why: p.status?.phase === "Failed" ? "PodFailed" : "PodExited" });
+        // Replaced with growing delay when it keeps failing (replacements.ts).
+        const f = replacements.failed(
+          key,
+          ord,
+          p.metadata?.uid ?? "",
+          p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] ?? "",
+        );
+        if (f.dueMs <= now()) {
+          toDelete.push({ pod: p, why: p.status?.phase === "Failed" ? "PodFailed" : "PodExited" });
+        }
+        failedPods.push({ pod: p, failure: f });
         byOrdinal.set(ord, p);
       } else {
         byOrdinal.set(ord, p);
@@ -672,8 +705,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
 
     // Status.
     const podsNow = owned;
-    const failedPods = owned.filter((p) => p.status?.phase === "Failed").map((p) =>
-      p.metadata?.name
+    /** The earliest time a held failed Pod may be replaced (ms), if any is held. */
+    const heldFailedDueMs = Math.min(
+      ...failedPods.filter((f) => f.failure.dueMs > now()).map((f) => f.failure.dueMs),
     );
     const st = baseStatus(as, podsNow, []);
     const converged = outdated.length === 0 && terminating === 0 && toDelete.length === 0 &&
@@ -718,7 +752,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           type: "Degraded",
           status: "True",
           reason: "PodFailed",
-          message: `Pod(s) failed: ${failedPods.join(", ")}`,
+          message: `Pod(s) failed: ${failedPods.map(failedPodText).join("; ")}`,
         }
         : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
     ];
@@ -759,7 +793,11 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       }
       // Only refused writes: come back when the first one is due (or at once on a spec change,
       // through the watch), not through the error backoff.
-      const due = rejected.nextDelayMs(key);
+      const dueRejected = rejected.nextDelayMs(key);
+      const due = dueRejected === undefined ? undefined : Math.min(
+        dueRejected,
+        Number.isFinite(heldFailedDueMs) ? Math.max(1, heldFailedDueMs - now()) : Infinity,
+      );
       if (failures.every((f) => f.rejected) && due !== undefined) {
         logger.info("A write was refused; retrying slowly", {
           reasons: [...new Set(failures.map((f) => f.reason))].join(","),
@@ -770,5 +808,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       throw new ReportedError(failures.map((f) => f.message).join("; "));
     }
     if (statusOutdated) return { requeue: true };
+    // A failed Pod held back by its replacement delay: come back when it is due.
+    if (Number.isFinite(heldFailedDueMs)) {
+      return { requeueAfterMs: Math.max(1, heldFailedDueMs - now()) };
+    }
   };
 }
