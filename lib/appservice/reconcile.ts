@@ -245,18 +245,22 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   ): AppServiceStatusT {
     const replicas = as.spec.replicas ?? 1;
     const hash = specHash(as);
-    const readyReplicas = pods.filter((p) =>
-      !p.metadata?.deletionTimestamp && isPodReady(p) &&
-      p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash &&
-      (podOrdinal(as, p) ?? Infinity) < replicas
-    ).length;
+    // The Pods that count: of the wanted ordinals, not being deleted. Ready ones of any spec count
+    // as `kubectl get pods` shows them (during a rollout the old ones serve too); `ready` needs
+    // every one Ready at the current spec.
+    const counted = pods.filter((p) =>
+      !p.metadata?.deletionTimestamp && (podOrdinal(as, p) ?? Infinity) < replicas
+    );
+    const updated = counted.filter((p) => p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash);
+    const readyReplicas = counted.filter(isPodReady).length;
     const generation = as.metadata.generation ?? 0;
     const nowIso = new Date(now()).toISOString();
     return {
-      ready: readyReplicas >= replicas,
+      ready: updated.filter(isPodReady).length >= replicas,
       replicas: pods.filter((p) => !p.metadata?.deletionTimestamp).length,
       selector: Object.entries(selectorLabels(as)).map(([k, v]) => `${k}=${v}`).join(","),
       readyReplicas,
+      updatedReplicas: updated.length,
       replicasSummary: `${readyReplicas}/${replicas}`,
       observedGeneration: generation,
       conditions: mergeConditions(as.status?.conditions, conditions, generation, nowIso),
@@ -721,14 +725,35 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const counted = owned.filter((p) =>
       !p.metadata?.deletionTimestamp && (podOrdinal(as, p) ?? Infinity) < replicas
     );
+    // Pods that exited 0 under restartPolicy OnFailure or Never: kept, never restarted.
+    const completed = counted.filter((p) =>
+      p.status?.phase === "Succeeded" && (as.spec.restartPolicy ?? "Always") !== "Always"
+    );
     const conditions: ConditionInput[] = [
-      readyCondition(counted, st.readyReplicas ?? 0, replicas, st.ready === true),
+      readyCondition(
+        counted,
+        st.readyReplicas ?? 0,
+        replicas,
+        st.ready === true,
+        st.updatedReplicas,
+      ),
       converged && st.ready
         ? {
           type: "Progressing",
           status: "False",
           reason: "Complete",
           message: `${replicas} Pod(s) at spec hash ${hash}`,
+        }
+        : converged && completed.length > 0 &&
+            counted.every((p) => isPodReady(p) || completed.includes(p))
+        ? {
+          // Nothing more will happen by itself: those Pods are done and are not restarted.
+          type: "Progressing",
+          status: "False",
+          reason: "Completed",
+          message: `${replicas} Pod(s) at spec hash ${hash}; completed and not restarted: ${
+            completed.map((p) => p.metadata?.name).join(", ")
+          }`,
         }
         : {
           type: "Progressing",

@@ -506,18 +506,44 @@ export const PodStatusEntry = Type.Object({
 
 /** AppService status (written only through the status subresource). */
 export const AppServiceStatus = Type.Object({
-  ready: Type.Optional(Type.Boolean({ description: "All desired Pods are Ready." })),
-  /** Pods that exist and are not terminating (the scale subresource's status replicas). */
-  replicas: Type.Optional(Type.Integer({ minimum: 0 })),
-  /** Label selector of the Pods, as a string (the scale subresource's selector). */
-  selector: Type.Optional(Type.String()),
-  readyReplicas: Type.Optional(Type.Integer({ minimum: 0 })),
-  /** "ready/desired", for the Replicas printer column. */
-  replicasSummary: Type.Optional(Type.String()),
-  observedGeneration: Type.Optional(Type.Integer({ minimum: 0 })),
-  lastReconciliation: Type.Optional(Type.String({ format: "date-time" })),
-  conditions: Type.Optional(Type.Array(Condition)),
-  podStatuses: Type.Optional(Type.Array(PodStatusEntry)),
+  ready: Type.Optional(Type.Boolean({
+    description: "Every desired Pod is Ready and made from the current spec (the Ready condition).",
+  })),
+  replicas: Type.Optional(Type.Integer({
+    minimum: 0,
+    description:
+      "Pods that exist and are not terminating (the scale subresource's status replicas).",
+  })),
+  selector: Type.Optional(Type.String({
+    description: "Label selector of the Pods, as a string (the scale subresource's selector).",
+  })),
+  readyReplicas: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "Desired Pods that are Ready, from any spec (during a rollout, old ones too).",
+  })),
+  updatedReplicas: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "Desired Pods made from the current spec (Ready or not).",
+  })),
+  replicasSummary: Type.Optional(Type.String({
+    description: "readyReplicas/replicas, for the Replicas column of kubectl get.",
+  })),
+  observedGeneration: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "The metadata.generation this status was computed from.",
+  })),
+  lastReconciliation: Type.Optional(Type.String({
+    format: "date-time",
+    description: "When the operator last changed this status.",
+  })),
+  conditions: Type.Optional(Type.Array(Condition, {
+    description: "Ready, Progressing and Degraded, each with reason, message and " +
+      "observedGeneration.",
+  })),
+  podStatuses: Type.Optional(Type.Array(PodStatusEntry, {
+    description: "Each Pod of the AppService: phase, readiness, restarts, IP, containers, and " +
+      "why it is stuck.",
+  })),
 });
 
 /** TypeScript type of the spec, after apiserver defaulting. */

@@ -132,17 +132,28 @@ function exitText(t: NonNullable<ContainerState["terminated"]>): string {
 
 /**
  * Why `pod` is not Ready, or undefined when it is Ready or being deleted. In order: the Pod's own
- * `status.reason` (Evicted, OutOfcpu, NodeAffinity, ...); PodScheduled=False (the scheduler's
+ * `status.reason` (Evicted, OutOfcpu, NodeAffinity, ...); phase Succeeded (`Completed`: the app
+ * exited 0, and under restartPolicy OnFailure or Never the kubelet will not start it again); PodScheduled=False (the scheduler's
  * reason, e.g. Unschedulable with "0/4 nodes are available: 4 Insufficient cpu"); the first
  * container (init containers first) waiting for any reason but {@link STARTING_REASONS} (with the
  * last termination, as CrashLoopBackOff has one); the first container terminated with a non-zero
- * exit code or a reason other than Completed (OOMKilled, Error, ContainerCannotRun, ...). Otherwise
- * the Pod is still starting (stuck false).
+ * exit code or a reason other than Completed (OOMKilled, Error, ContainerCannotRun, ...); phase
+ * Failed with none of these (`PodFailed`). Otherwise the Pod is still starting (stuck false).
  */
 export function podCause(pod: Pod): PodCause | undefined {
   if (pod.metadata?.deletionTimestamp || isPodReady(pod)) return undefined;
   const st = pod.status ?? {};
   if (st.reason) return { reason: st.reason, message: clip(st.message ?? ""), stuck: true };
+  if (st.phase === "Succeeded") {
+    const policy = pod.spec?.restartPolicy ?? "Always";
+    return {
+      reason: "Completed",
+      message: policy === "Always"
+        ? "every container exited with exit code 0"
+        : `every container exited with exit code 0; not restarted (restartPolicy ${policy})`,
+      stuck: true,
+    };
+  }
   const scheduled = st.conditions?.find((c) => c.type === "PodScheduled");
   if (scheduled?.status === "False") {
     return {
@@ -172,6 +183,7 @@ export function podCause(pod: Pod): PodCause | undefined {
     }
   }
   if (starting) return starting;
+  if (st.phase === "Failed") return { reason: "PodFailed", message: "", stuck: true };
   const ready = st.conditions?.find((c) => c.type === "Ready");
   return {
     reason: ready?.reason || (st.phase === "Pending" || !st.phase ? "PodPending" : "PodNotReady"),
@@ -226,24 +238,32 @@ export function conditionReason(reason: string, fallback = "PodNotReady"): strin
  * `<reason>: <pod>: <message> (<ready>/<replicas> Pods ready[; <n> stuck: <reason> <pods>; ...])`,
  * e.g. `ImagePullBackOff: web-0: Back-off pulling image "x:1" (0/2 Pods ready; 2 stuck:
  * ImagePullBackOff web-0, web-1)`. Otherwise ReplicasNotReady with `<ready>/<replicas> Pods
- * ready`.
+ * ready`, or RollingUpdate when every Pod is Ready but some are from the previous spec. While a
+ * rollout is under way the count adds `, <updated>/<replicas> at the current spec`.
  *
  * @param pods the owned Pods that count (not being deleted)
+ * @param readyReplicas Ready Pods of any spec (as `kubectl get pods` counts them)
+ * @param ready whether every desired Pod is Ready at the current spec
+ * @param updatedReplicas Pods at the current spec (default: all)
  */
 export function readyCondition(
   pods: Pod[],
   readyReplicas: number,
   replicas: number,
   ready: boolean,
+  updatedReplicas = replicas,
 ): ConditionInput {
-  const count = `${readyReplicas}/${replicas} Pods ready`;
+  let count = `${readyReplicas}/${replicas} Pods ready`;
   if (ready) return { type: "Ready", status: "True", reason: "AllReplicasReady", message: count };
+  if (updatedReplicas < replicas) count += `, ${updatedReplicas}/${replicas} at the current spec`;
   const stuck = pods
     .map((p) => ({ name: p.metadata?.name ?? "", cause: podCause(p) }))
     .filter((x): x is { name: string; cause: PodCause } => !!x.cause?.stuck)
     .sort((a, b) => byOrdinal(a.name, b.name));
   if (stuck.length === 0) {
-    return { type: "Ready", status: "False", reason: "ReplicasNotReady", message: count };
+    // Every Pod Ready, some from the previous spec: a rollout is replacing them.
+    const reason = readyReplicas >= replicas ? "RollingUpdate" : "ReplicasNotReady";
+    return { type: "Ready", status: "False", reason, message: count };
   }
   const first = stuck[0];
   let summary = count;

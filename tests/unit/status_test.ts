@@ -253,8 +253,29 @@ Deno.test("readyCondition: first stuck Pod by ordinal, the reason, the Pod and a
   assertEquals(readyCondition([...pods].reverse(), 0, 11, false), c);
   assertEquals(readyCondition([pods[2]], 0, 1, false).reason, "ReplicasNotReady");
   assertEquals(readyCondition([], 1, 1, true).reason, "AllReplicasReady");
+  // A rollout: the count is of every Ready Pod, with how many are at the current spec.
+  const rolling = readyCondition([], 3, 3, false, 1);
+  assertEquals(rolling.reason, "RollingUpdate");
+  assertEquals(rolling.message, "3/3 Pods ready, 1/3 at the current spec");
+  assertEquals(readyCondition([], 2, 3, false, 1).reason, "ReplicasNotReady");
   assertEquals(conditionReason("Out of cpu!"), "Outofcpu");
   assertEquals(conditionReason("---"), "PodNotReady");
+});
+
+Deno.test("podCause: a Pod that ended: Completed (not restarted unless Always), PodFailed", () => {
+  const done = withContainer({ state: terminated("Completed", 0) }, "Succeeded");
+  const never = { ...pod("job-0", done), spec: { containers: [], restartPolicy: "Never" } };
+  assertEquals(podCause(never), {
+    reason: "Completed",
+    message: "every container exited with exit code 0; not restarted (restartPolicy Never)",
+    stuck: true,
+  });
+  assertEquals(podCause(pod("web-0", done))?.message, "every container exited with exit code 0");
+  assertEquals(podCause(pod("web-1", { phase: "Failed" })), {
+    reason: "PodFailed",
+    message: "",
+    stuck: true,
+  });
 });
 
 Deno.test("newCauses: a new reason or a new restart is an occurrence; the same state is not", () => {
