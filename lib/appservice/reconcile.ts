@@ -52,6 +52,12 @@
  * reconcile; repeats become the Event's series count (runtime/events.ts). Occurrences are seen only
  * in reconciles that follow a Pod change, so an AppService at rest records nothing (S9).
  *
+ * Orphans and lost labels: Pods named `<name>-<n>` and the Service `<name>` that carry the
+ * operator's labels and no controller (what `kubectl delete --cascade=orphan` leaves) are adopted
+ * by the AppService of that name, after a read from the API confirms it is not being deleted
+ * (client-go's ControllerRefManager); an owned Pod whose labels were removed by hand gets them back
+ * (without `managed-by` it is out of the cache's sight and a rollout could never replace it).
+ *
  * A namespace being deleted (S21): the first create refused because of it (403 with cause
  * NamespaceTerminating, or 404 for the namespace) is remembered ({@link TerminatingNamespaces}):
  * from then on no Pod, Service or Event is created for the AppServices there, and nothing is
@@ -79,9 +85,14 @@ import { errorText } from "../runtime/log.ts";
 import { CONTROLLER_UID_INDEX, splitKey, type Store } from "../runtime/store.ts";
 import {
   desiredPod,
+  hasOwnedLabels,
   isPodReady,
   MANAGED_BY,
   MANAGED_SELECTOR,
+  ORPHAN_INDEX,
+  orphanKeys,
+  ownedLabels,
+  ownerRef,
   podOrdinal,
   selectorLabels,
   SPEC_HASH_ANNOTATION,
@@ -191,6 +202,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
 
   const rejected = new RejectedWrites(now);
   const replacements = new PodReplacements(now);
+  // Orphans (--cascade=orphan) by the key of the AppService that may adopt them.
+  deps.pods.addIndex(ORPHAN_INDEX, orphanKeys);
+  deps.services.addIndex(ORPHAN_INDEX, orphanKeys);
 
   /**
    * Records a refused write and gives the failure to report: the apiserver's answer, how often,
@@ -284,6 +298,82 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       if (isNotFound(err) || (err instanceof ApiError && err.code === 409)) return;
       throw err;
     }
+  }
+
+  /**
+   * Whether `as` may adopt orphans now: a read from the API (not the cache) shows the same uid and
+   * no deletionTimestamp (client-go ControllerRefManager's `RecheckDeletionTimestamp`: never adopt
+   * for an owner that is going away or was replaced).
+   */
+  async function canAdopt(as: AppService, signal: AbortSignal): Promise<boolean> {
+    try {
+      const live = await client.get<AppService>(APPSERVICES, as.metadata.name!, {
+        namespace: as.metadata.namespace,
+        signal,
+      });
+      return live.metadata.uid === as.metadata.uid && !live.metadata.deletionTimestamp;
+    } catch (err) {
+      if (isNotFound(err)) return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Adopts orphan Pods ({@link orphanKeys}): adds the controller ownerReference with a strategic
+   * merge patch (ownerReferences merge by uid, others' references stay) carrying the Pod's uid as a
+   * precondition. A Pod gone, replaced or taken by another controller meanwhile is skipped.
+   * @returns the Pods adopted, as the apiserver answered
+   */
+  async function adoptPods(as: AppService, orphans: Pod[], ctx: ReconcileContext): Promise<Pod[]> {
+    const out: Pod[] = [];
+    for (const p of orphans) {
+      try {
+        const got = await client.patch<Pod>(PODS, p.metadata!.name!, {
+          metadata: { uid: p.metadata!.uid, ownerReferences: [ownerRef(as)] },
+        }, {
+          namespace: as.metadata.namespace,
+          type: "strategic",
+          fieldManager: FIELD_MANAGER,
+          signal: ctx.signal,
+        });
+        out.push(got);
+        ctx.logger.info("Adopted Pod", { pod: p.metadata?.name });
+        events.record(as, {
+          type: "Normal",
+          reason: "PodAdopted",
+          action: "Adopt",
+          note: `Adopted Pod ${p.metadata?.name} (it had this AppService's labels and no owner)`,
+          related: p,
+        });
+      } catch (err) {
+        rethrowIfAbortive(err);
+        // Gone (404), replaced (uid precondition: 409) or given another controller (422).
+        if (isNotFound(err) || (err instanceof ApiError && [409, 422].includes(err.code))) continue;
+        throw err;
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Puts this AppService's labels back on an object it owns that lost them (a `kubectl label`
+   * by hand): without `managed-by` it is out of the operator's sight, without `instance` out of
+   * the Service's. A merge patch with the object's uid as precondition.
+   */
+  async function restoreLabels(
+    as: AppService,
+    obj: Pod,
+    ctx: ReconcileContext,
+  ): Promise<void> {
+    await client.patch(PODS, obj.metadata!.name!, {
+      metadata: { uid: obj.metadata!.uid, labels: ownedLabels(as) },
+    }, {
+      namespace: as.metadata.namespace,
+      type: "merge",
+      fieldManager: FIELD_MANAGER,
+      signal: ctx.signal,
+    });
+    ctx.logger.info("Put the AppService's labels back on its Pod", { pod: obj.metadata?.name });
   }
 
   async function finalize(as: AppService, ctx: ReconcileContext): Promise<ReconcileResult> {
@@ -457,6 +547,23 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const hash = specHash(as);
     const generation = as.metadata.generation ?? 0;
     const owned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
+    // Orphans of this name with this operator's labels (left by --cascade=orphan): adopted.
+    const orphans = deps.pods.byIndex(ORPHAN_INDEX, key).filter((p) =>
+      podOrdinal(as, p) !== undefined
+    );
+    if (orphans.length > 0 && await canAdopt(as, signal)) {
+      owned.push(...await adoptPods(as, orphans, ctx));
+    }
+    // Owned Pods that lost a label of ours (still seen through another one): labels put back.
+    for (const p of owned) {
+      if (p.metadata?.deletionTimestamp || hasOwnedLabels(as, p)) continue;
+      try {
+        await restoreLabels(as, p, ctx);
+      } catch (err) {
+        rethrowIfAbortive(err);
+        if (!isNotFound(err) && !isConflict(err)) throw err;
+      }
+    }
     const failures: Failure[] = [];
     /** Pods that ended and are (or will be, after their delay) replaced. */
     const failedPods: { pod: Pod; failure: PodFailure }[] = [];
@@ -619,6 +726,15 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
               reason: "PodNameConflict",
               message: `Pod ${pod.metadata?.name} exists and is not owned by this AppService`,
             });
+          } else if (other && !other.metadata?.deletionTimestamp && !hasOwnedLabels(as, other)) {
+            // Ours, but out of the cache's sight: its labels were removed by hand. Put back, it
+            // comes into sight (and its watch event reconciles again).
+            try {
+              await restoreLabels(as, other, ctx);
+            } catch (err) {
+              rethrowIfAbortive(err);
+              if (!isNotFound(err) && !isConflict(err)) throw err;
+            }
           }
           continue;
         }
@@ -648,6 +764,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     let liveSvc: Service | undefined =
       deps.services.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
     const svcHeld = wantSvc ? rejected.held(key, generation, "service") : undefined;
+    let adoptSvc = false;
     try {
       if (svcHeld) {
         failures.push(held(REASON_SERVICE_REJECTED, svcHeld));
@@ -661,27 +778,47 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
               throw err;
             });
           if (other && !other.metadata?.ownerReferences?.some((r) => r.uid === as.metadata.uid)) {
-            throw new ServiceConflict(`Service ${name} exists and is not owned by this AppService`);
+            // An orphan with this operator's labels for this name (--cascade=orphan) is adopted.
+            adoptSvc = orphanKeys(other).includes(key) && await canAdopt(as, signal);
+            if (!adoptSvc) {
+              throw new ServiceConflict(
+                `Service ${name} exists and is not owned by this AppService`,
+              );
+            }
           }
           liveSvc = other; // ours, but out of the cache's sight (e.g. its labels were changed)
         }
-        if (!liveSvc || !serviceMatches(liveSvc, wantSvc)) {
+        if (!liveSvc || adoptSvc || !serviceMatches(liveSvc, wantSvc)) {
           const created = !liveSvc;
+          let body: Record<string, unknown> | Service = wantSvc;
+          if (liveSvc) {
+            const patch = servicePatch(liveSvc, wantSvc);
+            if (adoptSvc) {
+              // The controller reference added to others' (the list is replaced: uid precondition).
+              const refs = (liveSvc.metadata?.ownerReferences ?? []).filter((r) => !r.controller);
+              patch.metadata = {
+                ...(patch.metadata as Record<string, unknown>),
+                uid: liveSvc.metadata?.uid,
+                ownerReferences: [...refs, ownerRef(as)],
+              };
+            }
+            body = patch;
+          }
           await client.patch<Service>(
             SERVICES,
             name,
-            liveSvc ? servicePatch(liveSvc, wantSvc) : wantSvc,
+            body,
             liveSvc
               ? { namespace: ns, type: "merge", fieldManager: FIELD_MANAGER, signal }
               : { namespace: ns, type: "apply", fieldManager: FIELD_MANAGER, force: true, signal },
           );
-          logger.info(created ? "Created Service" : "Updated Service", { service: name });
-          events.record(as, {
-            type: "Normal",
-            reason: created ? "ServiceCreated" : "ServiceUpdated",
-            action: created ? "Create" : "Update",
-            note: `${created ? "Created" : "Updated"} Service ${name}`,
-          });
+          const [verb, reason, action] = created
+            ? ["Created", "ServiceCreated", "Create"]
+            : adoptSvc
+            ? ["Adopted", "ServiceAdopted", "Adopt"]
+            : ["Updated", "ServiceUpdated", "Update"];
+          logger.info(`${verb} Service`, { service: name });
+          events.record(as, { type: "Normal", reason, action, note: `${verb} Service ${name}` });
         }
         rejected.succeeded(key, "service");
       } else if (liveSvc && !liveSvc.metadata?.deletionTimestamp) {
