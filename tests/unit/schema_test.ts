@@ -138,3 +138,22 @@ Deno.test("status: lastTransitionTime moves only on a flip; lastReconciliation a
   );
   assert(statusChanged({ ready: true }, { ready: false }));
 });
+
+Deno.test("CRD: every field of spec and status has a description (kubectl explain)", async () => {
+  const { appServiceCrd } = await import("../../lib/appservice/schema.ts");
+  // deno-lint-ignore no-explicit-any
+  const crd = appServiceCrd() as any;
+  const root = crd.spec.versions[0].schema.openAPIV3Schema;
+  const missing: string[] = [];
+  // List items and map values are explained through their list or map; their fields are walked.
+  const walk = (s: Record<string, unknown>, path: string, named: boolean) => {
+    if (named && !s.description) missing.push(path);
+    for (const [k, v] of Object.entries((s.properties ?? {}) as Record<string, object>)) {
+      walk(v as Record<string, unknown>, `${path}.${k}`, true);
+    }
+    if (s.items) walk(s.items as Record<string, unknown>, `${path}[]`, false);
+  };
+  walk(root.properties.spec, "spec", true);
+  walk(root.properties.status, "status", true);
+  assertEquals(missing, [], `fields kubectl explain shows "<no description>" for`);
+});
