@@ -113,6 +113,7 @@ import {
   podStatuses,
   readyCondition,
   statusChanged,
+  TERMINATING_STUCK_AFTER_MS,
 } from "./status.ts";
 
 /** Field manager of every write (server-side apply and create/update). */
@@ -278,7 +279,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       replicasSummary: `${readyReplicas}/${replicas}`,
       observedGeneration: generation,
       conditions: mergeConditions(as.status?.conditions, conditions, generation, nowIso),
-      podStatuses: podStatuses(pods),
+      podStatuses: podStatuses(pods, now()),
     };
   }
 
@@ -850,6 +851,14 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const heldFailedDueMs = Math.min(
       ...failedPods.filter((f) => f.failure.dueMs > now()).map((f) => f.failure.dueMs),
     );
+    /** When a Pod being deleted counts as stuck terminating (ms), if one may yet (status.ts). */
+    const stuckTerminatingAtMs = Math.min(
+      ...owned.filter((p) => p.metadata?.deletionTimestamp).map((p) =>
+        Date.parse(p.metadata!.deletionTimestamp!) + TERMINATING_STUCK_AFTER_MS
+      ).filter((t) => t > now()),
+    );
+    /** When this reconcile wants to run again by itself (ms), or Infinity. */
+    const wakeAtMs = Math.min(heldFailedDueMs, stuckTerminatingAtMs);
     const st = baseStatus(as, podsNow, []);
     const converged = outdated.length === 0 && terminating === 0 && toDelete.length === 0 &&
       created === 0 && current.length === replicas;
@@ -862,18 +871,18 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const counted = owned.filter((p) =>
       !p.metadata?.deletionTimestamp && (podOrdinal(as, p) ?? Infinity) < replicas
     );
+    // The Pods of the wanted ordinals, being deleted or not: one stuck terminating is named.
+    const ofOrdinals = owned.filter((p) => (podOrdinal(as, p) ?? Infinity) < replicas);
     // Pods that exited 0 under restartPolicy OnFailure or Never: kept, never restarted.
     const completed = counted.filter((p) =>
       p.status?.phase === "Succeeded" && (as.spec.restartPolicy ?? "Always") !== "Always"
     );
     const conditions: ConditionInput[] = [
-      readyCondition(
-        counted,
-        st.readyReplicas ?? 0,
-        replicas,
-        st.ready === true,
-        st.updatedReplicas,
-      ),
+      readyCondition(ofOrdinals, st.readyReplicas ?? 0, replicas, st.ready === true, {
+        updated: st.updatedReplicas,
+        outdated: outdated.length,
+        nowMs: now(),
+      }),
       converged && st.ready
         ? {
           type: "Progressing",
@@ -919,7 +928,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
     ];
     const next = baseStatus(as, podsNow, conditions);
-    const stuck = newCauses(counted, seenCauses.get(key), as.status?.podStatuses);
+    const stuck = newCauses(ofOrdinals, seenCauses.get(key), as.status?.podStatuses, now());
     let statusOutdated = false;
     try {
       await writeStatus(as, next, signal);
@@ -958,7 +967,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       const dueRejected = rejected.nextDelayMs(key);
       const due = dueRejected === undefined ? undefined : Math.min(
         dueRejected,
-        Number.isFinite(heldFailedDueMs) ? Math.max(1, heldFailedDueMs - now()) : Infinity,
+        Number.isFinite(wakeAtMs) ? Math.max(1, wakeAtMs - now()) : Infinity,
       );
       if (failures.every((f) => f.rejected) && due !== undefined) {
         logger.info("A write was refused; retrying slowly", {
@@ -970,9 +979,8 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       throw new ReportedError(failures.map((f) => f.message).join("; "));
     }
     if (statusOutdated) return { requeue: true };
-    // A failed Pod held back by its replacement delay: come back when it is due.
-    if (Number.isFinite(heldFailedDueMs)) {
-      return { requeueAfterMs: Math.max(1, heldFailedDueMs - now()) };
-    }
+    // A failed Pod held back by its replacement delay, or a Pod being deleted that becomes stuck
+    // terminating: come back then (no watch event will say so).
+    if (Number.isFinite(wakeAtMs)) return { requeueAfterMs: Math.max(1, wakeAtMs - now()) };
   };
 }

@@ -40,6 +40,35 @@ export const STARTING_REASONS: ReadonlySet<string> = new Set([
   "PodInitializing",
 ]);
 
+/**
+ * How long past its `deletionTimestamp` (the end of its grace period) a Pod may still exist before
+ * it counts as stuck terminating (ms): the kubelet removes a Pod within seconds of the grace
+ * period's end, so one still there half a minute later is held (a finalizer, an unreachable Node).
+ */
+export const TERMINATING_STUCK_AFTER_MS = 30_000;
+
+/**
+ * Why a Pod being deleted is still there, once it is {@link TERMINATING_STUCK_AFTER_MS} past its
+ * grace period (undefined before, or when it is not being deleted). The text depends only on the
+ * Pod, so it causes one status write, not one per reconcile.
+ */
+export function stuckTerminating(pod: Pod, nowMs: number): PodCause | undefined {
+  const at = pod.metadata?.deletionTimestamp;
+  if (!at || nowMs < Date.parse(at) + TERMINATING_STUCK_AFTER_MS) return undefined;
+  const finalizers = pod.metadata?.finalizers ?? [];
+  const held = finalizers.length > 0
+    ? `held by finalizer(s) ${finalizers.join(", ")}`
+    : pod.spec?.nodeName
+    ? `its Node ${pod.spec.nodeName} has not confirmed the deletion (unreachable?)`
+    : "not removed";
+  return {
+    reason: "PodStuckTerminating",
+    message: `being deleted since ${at} (end of its grace period): ${held}; its ordinal is made ` +
+      "again once it is gone",
+    stuck: true,
+  };
+}
+
 /** A condition before times are filled in. */
 export type ConditionInput = Omit<ConditionT, "lastTransitionTime" | "observedGeneration">;
 
@@ -131,7 +160,8 @@ function exitText(t: NonNullable<ContainerState["terminated"]>): string {
 }
 
 /**
- * Why `pod` is not Ready, or undefined when it is Ready or being deleted. In order: the Pod's own
+ * Why `pod` is not Ready, or undefined when it is Ready or being deleted (with `nowMs`, a Pod being
+ * deleted past its grace period is {@link stuckTerminating}). In order: the Pod's own
  * `status.reason` (Evicted, OutOfcpu, NodeAffinity, ...); phase Succeeded (`Completed`: the app
  * exited 0, and under restartPolicy OnFailure or Never the kubelet will not start it again); PodScheduled=False (the scheduler's
  * reason, e.g. Unschedulable with "0/4 nodes are available: 4 Insufficient cpu"); the first
@@ -140,8 +170,11 @@ function exitText(t: NonNullable<ContainerState["terminated"]>): string {
  * exit code or a reason other than Completed (OOMKilled, Error, ContainerCannotRun, ...); phase
  * Failed with none of these (`PodFailed`). Otherwise the Pod is still starting (stuck false).
  */
-export function podCause(pod: Pod): PodCause | undefined {
-  if (pod.metadata?.deletionTimestamp || isPodReady(pod)) return undefined;
+export function podCause(pod: Pod, nowMs?: number): PodCause | undefined {
+  if (pod.metadata?.deletionTimestamp) {
+    return nowMs === undefined ? undefined : stuckTerminating(pod, nowMs);
+  }
+  if (isPodReady(pod)) return undefined;
   const st = pod.status ?? {};
   if (st.reason) return { reason: st.reason, message: clip(st.message ?? ""), stuck: true };
   if (st.phase === "Succeeded") {
@@ -192,8 +225,11 @@ export function podCause(pod: Pod): PodCause | undefined {
   };
 }
 
-/** Per-Pod status entries, sorted by name; a stuck Pod's entry names its cause. */
-export function podStatuses(pods: Pod[]): PodStatusEntryT[] {
+/**
+ * Per-Pod status entries, sorted by name; a stuck Pod's entry names its cause (with `nowMs`, also
+ * a Pod stuck terminating).
+ */
+export function podStatuses(pods: Pod[], nowMs?: number): PodStatusEntryT[] {
   return pods
     .map((p) => {
       const e: PodStatusEntryT = {
@@ -203,7 +239,7 @@ export function podStatuses(pods: Pod[]): PodStatusEntryT[] {
         restartCount: restartCount(p),
       };
       if (p.status?.podIP) e.podIP = p.status.podIP;
-      const cause = podCause(p);
+      const cause = podCause(p, nowMs);
       if (cause?.stuck) {
         e.reason = cause.reason;
         if (cause.message) e.message = cause.message;
@@ -241,28 +277,31 @@ export function conditionReason(reason: string, fallback = "PodNotReady"): strin
  * ready`, or RollingUpdate when every Pod is Ready but some are from the previous spec. While a
  * rollout is under way the count adds `, <updated>/<replicas> at the current spec`.
  *
- * @param pods the owned Pods that count (not being deleted)
+ * @param pods the owned Pods of the wanted ordinals (with `o.nowMs`, those being deleted too: one
+ *   stuck terminating is named)
  * @param readyReplicas Ready Pods of any spec (as `kubectl get pods` counts them)
  * @param ready whether every desired Pod is Ready at the current spec
- * @param updatedReplicas Pods at the current spec (default: all)
  */
 export function readyCondition(
   pods: Pod[],
   readyReplicas: number,
   replicas: number,
   ready: boolean,
-  updatedReplicas = replicas,
+  o: ReadyConditionOptions = {},
 ): ConditionInput {
   let count = `${readyReplicas}/${replicas} Pods ready`;
   if (ready) return { type: "Ready", status: "True", reason: "AllReplicasReady", message: count };
-  if (updatedReplicas < replicas) count += `, ${updatedReplicas}/${replicas} at the current spec`;
+  const outdated = o.outdated ?? 0;
+  if (outdated > 0) {
+    count += `, ${o.updated ?? replicas - outdated}/${replicas} at the current spec`;
+  }
   const stuck = pods
-    .map((p) => ({ name: p.metadata?.name ?? "", cause: podCause(p) }))
+    .map((p) => ({ name: p.metadata?.name ?? "", cause: podCause(p, o.nowMs) }))
     .filter((x): x is { name: string; cause: PodCause } => !!x.cause?.stuck)
     .sort((a, b) => byOrdinal(a.name, b.name));
   if (stuck.length === 0) {
     // Every Pod Ready, some from the previous spec: a rollout is replacing them.
-    const reason = readyReplicas >= replicas ? "RollingUpdate" : "ReplicasNotReady";
+    const reason = readyReplicas >= replicas && outdated > 0 ? "RollingUpdate" : "ReplicasNotReady";
     return { type: "Ready", status: "False", reason, message: count };
   }
   const first = stuck[0];
@@ -286,6 +325,16 @@ export function readyCondition(
   };
 }
 
+/** Rollout counts and the clock for {@link readyCondition}. */
+export interface ReadyConditionOptions {
+  /** Pods at the current spec (not being deleted). */
+  updated?: number;
+  /** Pods at a previous spec (not being deleted); the message counts the updated ones if any. */
+  outdated?: number;
+  /** Now (ms): Pods being deleted past their grace period are named as stuck terminating. */
+  nowMs?: number;
+}
+
 /** A stuck Pod's cause as remembered between reconciles: reason and restart count. */
 export type CauseSignature = string;
 
@@ -306,12 +355,13 @@ export function newCauses(
   pods: Pod[],
   seen: ReadonlyMap<string, CauseSignature> | undefined,
   stored: PodStatusEntryT[] | undefined,
+  nowMs?: number,
 ): { occurrences: { pod: Pod; cause: PodCause }[]; signatures: Map<string, CauseSignature> } {
   const occurrences: { pod: Pod; cause: PodCause }[] = [];
   const signatures = new Map<string, CauseSignature>();
   for (const pod of pods) {
     const uid = pod.metadata?.uid ?? pod.metadata?.name ?? "";
-    const cause = podCause(pod);
+    const cause = podCause(pod, nowMs);
     const sig = cause?.stuck ? causeSignature(cause.reason, restartCount(pod)) : "";
     signatures.set(uid, sig);
     if (!cause?.stuck) continue;

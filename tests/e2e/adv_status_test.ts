@@ -10,6 +10,9 @@
  *   restarted. The status said `ReplicasNotReady` "1/2 Pods ready" and Progressing
  *   `WaitingForReady`, waiting for ever for something that cannot happen. It must name the Pod
  *   and that it completed.
+ * - A Pod stuck terminating (a finalizer nobody removes, a Node that is gone): its ordinal cannot
+ *   be made again until it is gone. The status said `ReplicasNotReady` "1/2 Pods ready" and
+ *   Progressing "1 terminating"; it must name the Pod, since when, and what holds it.
  */
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
@@ -24,9 +27,12 @@ import {
   getAs,
   installCrd,
   newNamespace,
+  sleep,
   startOperator,
   waitFor,
 } from "./harness.ts";
+import { describe, operatorWrites } from "./audit.ts";
+import { EVENT_SERIES_MIN_INTERVAL_MS } from "../../lib/runtime/events.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 
@@ -39,7 +45,7 @@ async function pods(c: KubeClient, ns: string, name: string): Promise<Pod[]> {
   return l.items.filter((p) => !p.metadata?.deletionTimestamp);
 }
 
-Deno.test("status matches the Pods: a stalled rollout, a completed Pod", async (t) => {
+Deno.test("status matches the Pods: a stalled rollout, a completed Pod, a Pod stuck terminating", async (t) => {
   await installCrd();
   const c = await admin();
   const ns = await newNamespace("adv-status");
@@ -128,6 +134,47 @@ Deno.test("status matches the Pods: a stalled rollout, a completed Pod", async (
         "Succeeded",
       );
     });
+    await t.step("a Pod stuck terminating (a finalizer, a lost Node) is named", async () => {
+      await c.create(AS, appService(ns, "held", { image: "nginx:1.27", replicas: 2 }));
+      await waitFor("held Ready", async () => (await getAs(ns, "held")).status?.ready === true);
+      await c.patch(PODS, "held-0", { metadata: { finalizers: ["e2e.example.com/hold"] } }, {
+        namespace: ns,
+      });
+      const t0 = Date.now();
+      await c.delete(PODS, "held-0", { namespace: ns, gracePeriodSeconds: 1 });
+      try {
+        const a = await waitFor("held names held-0 as stuck terminating", async () => {
+          const x = await getAs(ns, "held");
+          const r = x.status?.conditions?.find((k) => k.type === "Ready");
+          return r?.message.includes("held-0") && r.reason === "PodStuckTerminating"
+            ? x
+            : undefined;
+        }, 90_000).catch(async (err) => {
+          const x = await getAs(ns, "held");
+          throw new Error(`${err.message}\n${JSON.stringify(x.status, null, 1)}`);
+        });
+        const r = a.status!.conditions!.find((k) => k.type === "Ready")!;
+        console.log(`after ${(Date.now() - t0) / 1000} s: ${r.reason}: ${r.message}`);
+        assert(r.message.includes("e2e.example.com/hold"), r.message);
+        const entry = a.status?.podStatuses?.find((p) => p.name === "held-0");
+        assertEquals(entry?.phase, "Terminating");
+        assertEquals(entry?.reason, "PodStuckTerminating");
+      } finally {
+        await c.patch(PODS, "held-0", { metadata: { finalizers: null } }, { namespace: ns });
+      }
+      await waitFor("held Ready again", async () => (await getAs(ns, "held")).status?.ready);
+    });
+
+    await t.step(
+      "at rest in these states (stalled, completed, recovered): zero writes (S9)",
+      async () => {
+        await sleep(EVENT_SERIES_MIN_INTERVAL_MS + 2_000); // the last Event series count goes out
+        const since = Date.now();
+        await sleep(20_000);
+        const writes = await operatorWrites(since, ns);
+        assertEquals(writes.length, 0, `writes at rest:\n${describe(writes)}`);
+      },
+    );
   } finally {
     const code = await op.stop();
     await dropNamespace(ns);
