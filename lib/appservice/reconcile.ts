@@ -113,6 +113,7 @@ import {
   podStatuses,
   readyCondition,
   statusChanged,
+  stuckTerminating,
   TERMINATING_STUCK_AFTER_MS,
 } from "./status.ts";
 
@@ -427,9 +428,16 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     }
     const remaining = pods.length + (svc ? 1 : 0);
     if (failures.length > 0 || remaining > 0) {
+      // Pods held past their grace period are named with what holds them (status.ts).
+      const held = pods.flatMap((p) => {
+        const c = stuckTerminating(p, now());
+        return c ? [`${p.metadata?.name}: ${c.message}`] : [];
+      });
       const message = failures.length > 0
         ? `cleanup failed: ${failures.join("; ")}`
-        : `waiting for ${pods.length} Pod(s)${svc ? " and the Service" : ""} to be deleted`;
+        : `waiting for ${pods.length} Pod(s)${svc ? " and the Service" : ""} to be deleted${
+          held.length > 0 ? ` (stuck: ${held.join("; ")})` : ""
+        }`;
       const conditions: ConditionInput[] = [
         { type: "Ready", status: "False", reason: "Terminating", message },
         { type: "Progressing", status: "True", reason: "Terminating", message },

@@ -63,8 +63,7 @@ export function stuckTerminating(pod: Pod, nowMs: number): PodCause | undefined 
     : "not removed";
   return {
     reason: "PodStuckTerminating",
-    message: `being deleted since ${at} (end of its grace period): ${held}; its ordinal is made ` +
-      "again once it is gone",
+    message: `being deleted since ${at} (end of its grace period): ${held}`,
     stuck: true,
   };
 }
