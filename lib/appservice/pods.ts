@@ -54,9 +54,13 @@ export function orphanKeys(obj: KubeObject): string[] {
   return [`${obj.metadata?.namespace}/${instance}`];
 }
 
-/** Whether `obj` carries every label of {@link ownedLabels} with its value. */
-export function hasOwnedLabels(as: AppService, obj: KubeObject): boolean {
-  return Object.entries(ownedLabels(as)).every(([k, v]) => obj.metadata?.labels?.[k] === v);
+/**
+ * Whether `obj` carries the labels the operator relies on ({@link selectorLabels}: `managed-by`
+ * puts it in the operator's cache, `instance` behind the Service) with their values. The `name`
+ * label is informational: a policy that rewrites it is left alone.
+ */
+export function hasSelectorLabels(as: AppService, obj: KubeObject): boolean {
+  return Object.entries(selectorLabels(as)).every(([k, v]) => obj.metadata?.labels?.[k] === v);
 }
 
 /** Labels a Service selects Pods by (a subset of {@link ownedLabels}). */

@@ -85,13 +85,12 @@ import { errorText } from "../runtime/log.ts";
 import { CONTROLLER_UID_INDEX, splitKey, type Store } from "../runtime/store.ts";
 import {
   desiredPod,
-  hasOwnedLabels,
+  hasSelectorLabels,
   isPodReady,
   MANAGED_BY,
   MANAGED_SELECTOR,
   ORPHAN_INDEX,
   orphanKeys,
-  ownedLabels,
   ownerRef,
   podOrdinal,
   selectorLabels,
@@ -358,9 +357,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   }
 
   /**
-   * Puts this AppService's labels back on an object it owns that lost them (a `kubectl label`
-   * by hand): without `managed-by` it is out of the operator's sight, without `instance` out of
-   * the Service's. A merge patch with the object's uid as precondition.
+   * Puts this AppService's selector labels back on a Pod it owns that lost them (a `kubectl
+   * label` by hand): without `managed-by` it is out of the operator's sight, without `instance`
+   * out of the Service's. A merge patch with the Pod's uid as precondition.
    */
   async function restoreLabels(
     as: AppService,
@@ -368,7 +367,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     ctx: ReconcileContext,
   ): Promise<void> {
     await client.patch(PODS, obj.metadata!.name!, {
-      metadata: { uid: obj.metadata!.uid, labels: ownedLabels(as) },
+      metadata: { uid: obj.metadata!.uid, labels: selectorLabels(as) },
     }, {
       namespace: as.metadata.namespace,
       type: "merge",
@@ -565,7 +564,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     }
     // Owned Pods that lost a label of ours (still seen through another one): labels put back.
     for (const p of owned) {
-      if (p.metadata?.deletionTimestamp || hasOwnedLabels(as, p)) continue;
+      if (p.metadata?.deletionTimestamp || hasSelectorLabels(as, p)) continue;
       try {
         await restoreLabels(as, p, ctx);
       } catch (err) {
@@ -735,7 +734,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
               reason: "PodNameConflict",
               message: `Pod ${pod.metadata?.name} exists and is not owned by this AppService`,
             });
-          } else if (other && !other.metadata?.deletionTimestamp && !hasOwnedLabels(as, other)) {
+          } else if (other && !other.metadata?.deletionTimestamp && !hasSelectorLabels(as, other)) {
             // Ours, but out of the cache's sight: its labels were removed by hand. Put back, it
             // comes into sight (and its watch event reconciles again).
             try {

@@ -13,12 +13,16 @@
  *   AppService said `0/2 Pods ready` with no reason, for ever. The operator's labels are its own:
  *   they are put back, and the rollout goes on.
  *
+ * - A mutating admission policy that rewrites the informational `app.kubernetes.io/name` label
+ *   must not start a fight over it: only the labels the operator relies on (`managed-by`,
+ *   `instance`) are put back.
+ *
  * Objects without the operator's labels stay someone else's (a Pod or Service of the same name made
  * by another party is never adopted; see reconcile_test.ts).
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
-import type { KubeClient } from "../../lib/kube/client.ts";
+import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
 import { PODS, type ResourceType, SERVICES } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES } from "../../lib/appservice/schema.ts";
@@ -33,8 +37,22 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
+import { describe, operatorWrites } from "./audit.ts";
+import { rt } from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
+const MUTATING_POLICIES = rt(
+  "admissionregistration.k8s.io/v1",
+  "MutatingAdmissionPolicy",
+  "mutatingadmissionpolicies",
+  false,
+);
+const MUTATING_POLICY_BINDINGS = rt(
+  "admissionregistration.k8s.io/v1",
+  "MutatingAdmissionPolicyBinding",
+  "mutatingadmissionpolicybindings",
+  false,
+);
 /** Bound for taking over the orphans (s): S20's bound for a Service to converge. */
 const ADOPT_WITHIN_SECONDS = 15;
 
@@ -135,6 +153,73 @@ Deno.test("orphans of an AppService's name are adopted; lost labels are put back
             }`,
           );
         });
+      },
+    );
+    await t.step(
+      "a mutating policy that rewrites the informational name label: no label fight",
+      async () => {
+        const name = `e2e-rename-${ns}`;
+        await c.create(MUTATING_POLICIES, {
+          apiVersion: "admissionregistration.k8s.io/v1",
+          kind: "MutatingAdmissionPolicy",
+          metadata: { name },
+          spec: {
+            matchConstraints: {
+              resourceRules: [{
+                apiGroups: [""],
+                apiVersions: ["v1"],
+                operations: ["CREATE", "UPDATE"],
+                resources: ["pods", "services"],
+              }],
+            },
+            failurePolicy: "Fail",
+            reinvocationPolicy: "Never",
+            mutations: [{
+              patchType: "ApplyConfiguration",
+              applyConfiguration: {
+                expression: 'Object{metadata: Object.metadata{labels: {"app.kubernetes.io/name": ' +
+                  '"platform"}}}',
+              },
+            }],
+          },
+        } as KubeObject);
+        await c.create(MUTATING_POLICY_BINDINGS, {
+          apiVersion: "admissionregistration.k8s.io/v1",
+          kind: "MutatingAdmissionPolicyBinding",
+          metadata: { name },
+          spec: {
+            policyName: name,
+            matchResources: {
+              namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": ns } },
+            },
+          },
+        } as KubeObject);
+        try {
+          await waitFor("the policy in force", async () => {
+            const p = await c.create<Pod>(PODS, {
+              apiVersion: "v1",
+              kind: "Pod",
+              metadata: { generateName: "probe-", namespace: ns },
+              spec: { containers: [{ name: "c", image: "nginx:1" }] },
+            }, { dryRun: true });
+            return p.metadata?.labels?.["app.kubernetes.io/name"] === "platform";
+          }, 30_000);
+          const since = Date.now();
+          await c.create(AS, appService(ns, "renamed", { ...spec, replicas: 1 }));
+          await waitFor("renamed Ready", async () => (await getAs(ns, "renamed")).status?.ready);
+          await c.patch(AS, "renamed", { spec: { replicas: 3 } }, { namespace: ns });
+          await waitFor("renamed Ready at 3", async () => {
+            const a = await getAs(ns, "renamed");
+            return a.status?.ready && a.status.readyReplicas === 3;
+          });
+          const podPatches = (await operatorWrites(since, ns)).filter((e) =>
+            e.objectRef?.resource === "pods" && e.verb === "patch"
+          );
+          assertEquals(podPatches, [], `label patches on Pods:\n${describe(podPatches)}`);
+        } finally {
+          await c.delete(MUTATING_POLICY_BINDINGS, name).catch(() => {});
+          await c.delete(MUTATING_POLICIES, name).catch(() => {});
+        }
       },
     );
   } finally {
