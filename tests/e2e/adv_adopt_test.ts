@@ -216,6 +216,11 @@ Deno.test("orphans of an AppService's name are adopted; lost labels are put back
             e.objectRef?.resource === "pods" && e.verb === "patch"
           );
           assertEquals(podPatches, [], `label patches on Pods:\n${describe(podPatches)}`);
+          // The Service: created once (server-side apply), then left alone.
+          const svcPatches = (await operatorWrites(since, ns)).filter((e) =>
+            e.objectRef?.resource === "services" && e.verb === "patch"
+          );
+          assertEquals(svcPatches.length, 1, `Service patches:\n${describe(svcPatches)}`);
         } finally {
           await c.delete(MUTATING_POLICY_BINDINGS, name).catch(() => {});
           await c.delete(MUTATING_POLICIES, name).catch(() => {});
