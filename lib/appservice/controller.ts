@@ -8,7 +8,9 @@
  * its finalizers (status and metadata writes, including the operator's own status writes, do not
  * enqueue); never its removal from the cache (cleanup runs through the finalizer, which the
  * update with a deletionTimestamp already brought). Any change of an owned Pod or Service
- * enqueues its controller owner.
+ * enqueues its controller owner; one of an orphan with the operator's labels (no controller, as
+ * `--cascade=orphan` leaves it) enqueues the AppService named by its instance label, which adopts
+ * it.
  *
  * @module
  */
@@ -24,7 +26,7 @@ import {
   ignoreDeletes,
 } from "../runtime/predicates.ts";
 import { APPSERVICES, GROUP } from "./api.ts";
-import { MANAGED_SELECTOR } from "./pods.ts";
+import { MANAGED_SELECTOR, orphanKeys } from "./pods.ts";
 import { appServiceReconciler } from "./reconcile.ts";
 import type { AppService } from "./schema.ts";
 
@@ -60,6 +62,9 @@ export function addAppServiceController(manager: Manager): Controller {
     for: appServices,
     predicates: [anyOf(generationChanged, deletionOrFinalizersChanged), ignoreDeletes],
     owns: [{ informer: pods }, { informer: services }],
+    // Orphans with this operator's labels (left by --cascade=orphan) go to the AppService of
+    // their name, which adopts them.
+    watches: [{ informer: pods, map: orphanKeys }, { informer: services, map: orphanKeys }],
     reconcile: appServiceReconciler({
       client: manager.client,
       appServices: appServices.store,

@@ -12,6 +12,7 @@
 import { createHash } from "node:crypto";
 import type { Container, Pod } from "kubernetes-types/core/v1.d.ts";
 import type { OwnerReference } from "kubernetes-types/meta/v1.d.ts";
+import type { KubeObject } from "../kube/client.ts";
 import { CONTAINER_NAME, GROUP, KIND, VERSION } from "./api.ts";
 import type { AppService } from "./schema.ts";
 
@@ -31,6 +32,35 @@ export function ownedLabels(as: AppService): Record<string, string> {
     "app.kubernetes.io/instance": as.metadata.name!,
     "app.kubernetes.io/managed-by": MANAGED_BY,
   };
+}
+
+/** Store index of {@link orphanKeys}. */
+export const ORPHAN_INDEX = "appserviceOrphan";
+
+/**
+ * The AppService key (`namespace/name`) an orphan belongs to: a Pod or Service that carries this
+ * operator's labels (`managed-by` and `instance`), has no controller ownerReference and is not
+ * being deleted — what `kubectl delete --cascade=orphan` leaves behind. Empty for anything else.
+ * A store index and a watch mapping: such objects are adopted by the AppService of that name, as
+ * controller-runtime's and client-go's ControllerRefManager adopt orphans whose labels match.
+ */
+export function orphanKeys(obj: KubeObject): string[] {
+  const labels = obj.metadata?.labels;
+  const instance = labels?.["app.kubernetes.io/instance"];
+  if (
+    !instance || labels?.["app.kubernetes.io/managed-by"] !== MANAGED_BY ||
+    obj.metadata?.deletionTimestamp || obj.metadata?.ownerReferences?.some((r) => r.controller)
+  ) return [];
+  return [`${obj.metadata?.namespace}/${instance}`];
+}
+
+/**
+ * Whether `obj` carries the labels the operator relies on ({@link selectorLabels}: `managed-by`
+ * puts it in the operator's cache, `instance` behind the Service) with their values. The `name`
+ * label is informational: a policy that rewrites it is left alone.
+ */
+export function hasSelectorLabels(as: AppService, obj: KubeObject): boolean {
+  return Object.entries(selectorLabels(as)).every(([k, v]) => obj.metadata?.labels?.[k] === v);
 }
 
 /** Labels a Service selects Pods by (a subset of {@link ownedLabels}). */

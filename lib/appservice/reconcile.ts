@@ -10,7 +10,8 @@
  *    that they are gone, then remove the finalizer with a JSON patch whose `test` op makes it
  *    safe against concurrent change. A failing cleanup keeps the finalizer, sets `Degraded`
  *    (reason CleanupFailed), records a Warning Event and retries with backoff (S6).
- * 3. Otherwise: add the finalizer; delete Pods beyond `replicas` (scale down) and Failed Pods;
+ * 3. Otherwise: add the finalizer; delete Pods beyond `replicas` (scale down) and Failed Pods
+ *    (with growing delay when the Pod of an ordinal fails again, replacements.ts);
  *    create missing ordinals; replace drifted Pods (spec-hash differs) one at a time while the
  *    others stay Ready (or when none is Ready), deleting first and recreating once the old Pod is
  *    gone, so there are never more than `replicas` Pods plus one terminating (S8); create, update
@@ -51,6 +52,12 @@
  * reconcile; repeats become the Event's series count (runtime/events.ts). Occurrences are seen only
  * in reconciles that follow a Pod change, so an AppService at rest records nothing (S9).
  *
+ * Orphans and lost labels: Pods named `<name>-<n>` and the Service `<name>` that carry the
+ * operator's labels and no controller (what `kubectl delete --cascade=orphan` leaves) are adopted
+ * by the AppService of that name, after a read from the API confirms it is not being deleted
+ * (client-go's ControllerRefManager); an owned Pod whose labels were removed by hand gets them back
+ * (without `managed-by` it is out of the cache's sight and a rollout could never replace it).
+ *
  * A namespace being deleted (S21): the first create refused because of it (403 with cause
  * NamespaceTerminating, or 404 for the namespace) is remembered ({@link TerminatingNamespaces}):
  * from then on no Pod, Service or Event is created for the AppServices there, and nothing is
@@ -78,9 +85,13 @@ import { errorText } from "../runtime/log.ts";
 import { CONTROLLER_UID_INDEX, splitKey, type Store } from "../runtime/store.ts";
 import {
   desiredPod,
+  hasSelectorLabels,
   isPodReady,
   MANAGED_BY,
   MANAGED_SELECTOR,
+  ORPHAN_INDEX,
+  orphanKeys,
+  ownerRef,
   podOrdinal,
   selectorLabels,
   SPEC_HASH_ANNOTATION,
@@ -90,15 +101,19 @@ import { APPSERVICES, FINALIZER } from "./api.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import { desiredService, serviceMatches, servicePatch } from "./service.ts";
 import { isWriteRejection, type Refusal, RejectedWrites } from "./rejections.ts";
+import { type PodFailure, PodReplacements } from "./replacements.ts";
 import {
   type CauseSignature,
   type ConditionInput,
   conditionReason,
   mergeConditions,
   newCauses,
+  podCause,
   podStatuses,
   readyCondition,
   statusChanged,
+  stuckTerminating,
+  TERMINATING_STUCK_AFTER_MS,
 } from "./status.ts";
 
 /** Field manager of every write (server-side apply and create/update). */
@@ -152,6 +167,21 @@ interface Failure {
   held?: boolean;
 }
 
+/**
+ * How a failed Pod is reported in `Degraded`: its name, cause (reason and exit code) and when it
+ * is replaced, e.g. `web-0 (Error: container app terminated with exit code 1; failure 3 in a
+ * row, next in 20 s)`. The text depends only on the failure as first seen, so a held reconcile
+ * writes no status.
+ */
+function failedPodText(f: { pod: Pod; failure: PodFailure }): string {
+  const cause = podCause(f.pod);
+  const why = cause ? `${cause.reason}${cause.message ? `: ${cause.message}` : ""}` : "failed";
+  const when = f.failure.delayMs === 0
+    ? "replaced at once"
+    : `failure ${f.failure.failures} in a row, next in ${Math.round(f.failure.delayMs / 1000)} s`;
+  return `${f.pod.metadata?.name} (${why}; ${when})`;
+}
+
 /** Builds the reconcile function for the controller. */
 export function appServiceReconciler(deps: ReconcilerDeps) {
   const now = deps.now ?? Date.now;
@@ -172,6 +202,10 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   }
 
   const rejected = new RejectedWrites(now);
+  const replacements = new PodReplacements(now);
+  // Orphans (--cascade=orphan) by the key of the AppService that may adopt them.
+  deps.pods.addIndex(ORPHAN_INDEX, orphanKeys);
+  deps.services.addIndex(ORPHAN_INDEX, orphanKeys);
 
   /**
    * Records a refused write and gives the failure to report: the apiserver's answer, how often,
@@ -226,22 +260,26 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   ): AppServiceStatusT {
     const replicas = as.spec.replicas ?? 1;
     const hash = specHash(as);
-    const readyReplicas = pods.filter((p) =>
-      !p.metadata?.deletionTimestamp && isPodReady(p) &&
-      p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash &&
-      (podOrdinal(as, p) ?? Infinity) < replicas
-    ).length;
+    // The Pods that count: of the wanted ordinals, not being deleted. Ready ones of any spec count
+    // as `kubectl get pods` shows them (during a rollout the old ones serve too); `ready` needs
+    // every one Ready at the current spec.
+    const counted = pods.filter((p) =>
+      !p.metadata?.deletionTimestamp && (podOrdinal(as, p) ?? Infinity) < replicas
+    );
+    const updated = counted.filter((p) => p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash);
+    const readyReplicas = counted.filter(isPodReady).length;
     const generation = as.metadata.generation ?? 0;
     const nowIso = new Date(now()).toISOString();
     return {
-      ready: readyReplicas >= replicas,
+      ready: updated.filter(isPodReady).length >= replicas,
       replicas: pods.filter((p) => !p.metadata?.deletionTimestamp).length,
       selector: Object.entries(selectorLabels(as)).map(([k, v]) => `${k}=${v}`).join(","),
       readyReplicas,
+      updatedReplicas: updated.length,
       replicasSummary: `${readyReplicas}/${replicas}`,
       observedGeneration: generation,
       conditions: mergeConditions(as.status?.conditions, conditions, generation, nowIso),
-      podStatuses: podStatuses(pods),
+      podStatuses: podStatuses(pods, now()),
     };
   }
 
@@ -261,6 +299,82 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       if (isNotFound(err) || (err instanceof ApiError && err.code === 409)) return;
       throw err;
     }
+  }
+
+  /**
+   * Whether `as` may adopt orphans now: a read from the API (not the cache) shows the same uid and
+   * no deletionTimestamp (client-go ControllerRefManager's `RecheckDeletionTimestamp`: never adopt
+   * for an owner that is going away or was replaced).
+   */
+  async function canAdopt(as: AppService, signal: AbortSignal): Promise<boolean> {
+    try {
+      const live = await client.get<AppService>(APPSERVICES, as.metadata.name!, {
+        namespace: as.metadata.namespace,
+        signal,
+      });
+      return live.metadata.uid === as.metadata.uid && !live.metadata.deletionTimestamp;
+    } catch (err) {
+      if (isNotFound(err)) return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Adopts orphan Pods ({@link orphanKeys}): adds the controller ownerReference with a strategic
+   * merge patch (ownerReferences merge by uid, others' references stay) carrying the Pod's uid as a
+   * precondition. A Pod gone, replaced or taken by another controller meanwhile is skipped.
+   * @returns the Pods adopted, as the apiserver answered
+   */
+  async function adoptPods(as: AppService, orphans: Pod[], ctx: ReconcileContext): Promise<Pod[]> {
+    const out: Pod[] = [];
+    for (const p of orphans) {
+      try {
+        const got = await client.patch<Pod>(PODS, p.metadata!.name!, {
+          metadata: { uid: p.metadata!.uid, ownerReferences: [ownerRef(as)] },
+        }, {
+          namespace: as.metadata.namespace,
+          type: "strategic",
+          fieldManager: FIELD_MANAGER,
+          signal: ctx.signal,
+        });
+        out.push(got);
+        ctx.logger.info("Adopted Pod", { pod: p.metadata?.name });
+        events.record(as, {
+          type: "Normal",
+          reason: "PodAdopted",
+          action: "Adopt",
+          note: `Adopted Pod ${p.metadata?.name} (it had this AppService's labels and no owner)`,
+          related: p,
+        });
+      } catch (err) {
+        rethrowIfAbortive(err);
+        // Gone (404), replaced (uid precondition: 409) or given another controller (422).
+        if (isNotFound(err) || (err instanceof ApiError && [409, 422].includes(err.code))) continue;
+        throw err;
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Puts this AppService's selector labels back on a Pod it owns that lost them (a `kubectl
+   * label` by hand): without `managed-by` it is out of the operator's sight, without `instance`
+   * out of the Service's. A merge patch with the Pod's uid as precondition.
+   */
+  async function restoreLabels(
+    as: AppService,
+    obj: Pod,
+    ctx: ReconcileContext,
+  ): Promise<void> {
+    await client.patch(PODS, obj.metadata!.name!, {
+      metadata: { uid: obj.metadata!.uid, labels: selectorLabels(as) },
+    }, {
+      namespace: as.metadata.namespace,
+      type: "merge",
+      fieldManager: FIELD_MANAGER,
+      signal: ctx.signal,
+    });
+    ctx.logger.info("Put the AppService's labels back on its Pod", { pod: obj.metadata?.name });
   }
 
   async function finalize(as: AppService, ctx: ReconcileContext): Promise<ReconcileResult> {
@@ -313,9 +427,16 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     }
     const remaining = pods.length + (svc ? 1 : 0);
     if (failures.length > 0 || remaining > 0) {
+      // Pods held past their grace period are named with what holds them (status.ts).
+      const held = pods.flatMap((p) => {
+        const c = stuckTerminating(p, now());
+        return c ? [`${p.metadata?.name}: ${c.message}`] : [];
+      });
       const message = failures.length > 0
         ? `cleanup failed: ${failures.join("; ")}`
-        : `waiting for ${pods.length} Pod(s)${svc ? " and the Service" : ""} to be deleted`;
+        : `waiting for ${pods.length} Pod(s)${svc ? " and the Service" : ""} to be deleted${
+          held.length > 0 ? ` (stuck: ${held.join("; ")})` : ""
+        }`;
       const conditions: ConditionInput[] = [
         { type: "Ready", status: "False", reason: "Terminating", message },
         { type: "Progressing", status: "True", reason: "Terminating", message },
@@ -396,10 +517,12 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     if (!as) {
       seenCauses.delete(key);
       rejected.forget(key);
+      replacements.forget(key);
       return;
     }
     if (as.metadata.deletionTimestamp) {
       rejected.forget(key);
+      replacements.forget(key);
       return await finalize(as, ctx);
     }
     const { namespace: ns, name } = splitKey(key);
@@ -432,7 +555,26 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const hash = specHash(as);
     const generation = as.metadata.generation ?? 0;
     const owned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
+    // Orphans of this name with this operator's labels (left by --cascade=orphan): adopted.
+    const orphans = deps.pods.byIndex(ORPHAN_INDEX, key).filter((p) =>
+      podOrdinal(as, p) !== undefined
+    );
+    if (orphans.length > 0 && await canAdopt(as, signal)) {
+      owned.push(...await adoptPods(as, orphans, ctx));
+    }
+    // Owned Pods that lost a label of ours (still seen through another one): labels put back.
+    for (const p of owned) {
+      if (p.metadata?.deletionTimestamp || hasSelectorLabels(as, p)) continue;
+      try {
+        await restoreLabels(as, p, ctx);
+      } catch (err) {
+        rethrowIfAbortive(err);
+        if (!isNotFound(err) && !isConflict(err)) throw err;
+      }
+    }
     const failures: Failure[] = [];
+    /** Pods that ended and are (or will be, after their delay) replaced. */
+    const failedPods: { pod: Pod; failure: PodFailure }[] = [];
     const byOrdinal = new Map<number, Pod>();
     const toDelete: { pod: Pod; why: string }[] = [];
     for (const p of owned) {
@@ -447,7 +589,17 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         p.status?.phase === "Failed" ||
         (p.status?.phase === "Succeeded" && (as.spec.restartPolicy ?? "Always") === "Always")
       ) {
-        toDelete.push({ pod: p, why: p.status?.phase === "Failed" ? "PodFailed" : "PodExited" });
+        // Replaced with growing delay when it keeps failing (replacements.ts).
+        const f = replacements.failed(
+          key,
+          ord,
+          p.metadata?.uid ?? "",
+          p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] ?? "",
+        );
+        if (f.dueMs <= now()) {
+          toDelete.push({ pod: p, why: p.status?.phase === "Failed" ? "PodFailed" : "PodExited" });
+        }
+        failedPods.push({ pod: p, failure: f });
         byOrdinal.set(ord, p);
       } else {
         byOrdinal.set(ord, p);
@@ -582,6 +734,15 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
               reason: "PodNameConflict",
               message: `Pod ${pod.metadata?.name} exists and is not owned by this AppService`,
             });
+          } else if (other && !other.metadata?.deletionTimestamp && !hasSelectorLabels(as, other)) {
+            // Ours, but out of the cache's sight: its labels were removed by hand. Put back, it
+            // comes into sight (and its watch event reconciles again).
+            try {
+              await restoreLabels(as, other, ctx);
+            } catch (err) {
+              rethrowIfAbortive(err);
+              if (!isNotFound(err) && !isConflict(err)) throw err;
+            }
           }
           continue;
         }
@@ -611,6 +772,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     let liveSvc: Service | undefined =
       deps.services.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
     const svcHeld = wantSvc ? rejected.held(key, generation, "service") : undefined;
+    let adoptSvc = false;
     try {
       if (svcHeld) {
         failures.push(held(REASON_SERVICE_REJECTED, svcHeld));
@@ -624,27 +786,47 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
               throw err;
             });
           if (other && !other.metadata?.ownerReferences?.some((r) => r.uid === as.metadata.uid)) {
-            throw new ServiceConflict(`Service ${name} exists and is not owned by this AppService`);
+            // An orphan with this operator's labels for this name (--cascade=orphan) is adopted.
+            adoptSvc = orphanKeys(other).includes(key) && await canAdopt(as, signal);
+            if (!adoptSvc) {
+              throw new ServiceConflict(
+                `Service ${name} exists and is not owned by this AppService`,
+              );
+            }
           }
           liveSvc = other; // ours, but out of the cache's sight (e.g. its labels were changed)
         }
-        if (!liveSvc || !serviceMatches(liveSvc, wantSvc)) {
+        if (!liveSvc || adoptSvc || !serviceMatches(liveSvc, wantSvc)) {
           const created = !liveSvc;
+          let body: Record<string, unknown> | Service = wantSvc;
+          if (liveSvc) {
+            const patch = servicePatch(liveSvc, wantSvc);
+            if (adoptSvc) {
+              // The controller reference added to others' (the list is replaced: uid precondition).
+              const refs = (liveSvc.metadata?.ownerReferences ?? []).filter((r) => !r.controller);
+              patch.metadata = {
+                ...(patch.metadata as Record<string, unknown>),
+                uid: liveSvc.metadata?.uid,
+                ownerReferences: [...refs, ownerRef(as)],
+              };
+            }
+            body = patch;
+          }
           await client.patch<Service>(
             SERVICES,
             name,
-            liveSvc ? servicePatch(liveSvc, wantSvc) : wantSvc,
+            body,
             liveSvc
               ? { namespace: ns, type: "merge", fieldManager: FIELD_MANAGER, signal }
               : { namespace: ns, type: "apply", fieldManager: FIELD_MANAGER, force: true, signal },
           );
-          logger.info(created ? "Created Service" : "Updated Service", { service: name });
-          events.record(as, {
-            type: "Normal",
-            reason: created ? "ServiceCreated" : "ServiceUpdated",
-            action: created ? "Create" : "Update",
-            note: `${created ? "Created" : "Updated"} Service ${name}`,
-          });
+          const [verb, reason, action] = created
+            ? ["Created", "ServiceCreated", "Create"]
+            : adoptSvc
+            ? ["Adopted", "ServiceAdopted", "Adopt"]
+            : ["Updated", "ServiceUpdated", "Update"];
+          logger.info(`${verb} Service`, { service: name });
+          events.record(as, { type: "Normal", reason, action, note: `${verb} Service ${name}` });
         }
         rejected.succeeded(key, "service");
       } else if (liveSvc && !liveSvc.metadata?.deletionTimestamp) {
@@ -672,9 +854,18 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
 
     // Status.
     const podsNow = owned;
-    const failedPods = owned.filter((p) => p.status?.phase === "Failed").map((p) =>
-      p.metadata?.name
+    /** The earliest time a held failed Pod may be replaced (ms), if any is held. */
+    const heldFailedDueMs = Math.min(
+      ...failedPods.filter((f) => f.failure.dueMs > now()).map((f) => f.failure.dueMs),
     );
+    /** When a Pod being deleted counts as stuck terminating (ms), if one may yet (status.ts). */
+    const stuckTerminatingAtMs = Math.min(
+      ...owned.filter((p) => p.metadata?.deletionTimestamp).map((p) =>
+        Date.parse(p.metadata!.deletionTimestamp!) + TERMINATING_STUCK_AFTER_MS
+      ).filter((t) => t > now()),
+    );
+    /** When this reconcile wants to run again by itself (ms), or Infinity. */
+    const wakeAtMs = Math.min(heldFailedDueMs, stuckTerminatingAtMs);
     const st = baseStatus(as, podsNow, []);
     const converged = outdated.length === 0 && terminating === 0 && toDelete.length === 0 &&
       created === 0 && current.length === replicas;
@@ -687,14 +878,35 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const counted = owned.filter((p) =>
       !p.metadata?.deletionTimestamp && (podOrdinal(as, p) ?? Infinity) < replicas
     );
+    // The Pods of the wanted ordinals, being deleted or not: one stuck terminating is named.
+    const ofOrdinals = owned.filter((p) => (podOrdinal(as, p) ?? Infinity) < replicas);
+    // Pods that exited 0 under restartPolicy OnFailure or Never: kept, never restarted.
+    const completed = counted.filter((p) =>
+      p.status?.phase === "Succeeded" && (as.spec.restartPolicy ?? "Always") !== "Always"
+    );
     const conditions: ConditionInput[] = [
-      readyCondition(counted, st.readyReplicas ?? 0, replicas, st.ready === true),
+      readyCondition(ofOrdinals, st.readyReplicas ?? 0, replicas, st.ready === true, {
+        updated: st.updatedReplicas,
+        outdated: outdated.length,
+        nowMs: now(),
+      }),
       converged && st.ready
         ? {
           type: "Progressing",
           status: "False",
           reason: "Complete",
           message: `${replicas} Pod(s) at spec hash ${hash}`,
+        }
+        : converged && completed.length > 0 &&
+            counted.every((p) => isPodReady(p) || completed.includes(p))
+        ? {
+          // Nothing more will happen by itself: those Pods are done and are not restarted.
+          type: "Progressing",
+          status: "False",
+          reason: "Completed",
+          message: `${replicas} Pod(s) at spec hash ${hash}; completed and not restarted: ${
+            completed.map((p) => p.metadata?.name).join(", ")
+          }`,
         }
         : {
           type: "Progressing",
@@ -718,12 +930,12 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           type: "Degraded",
           status: "True",
           reason: "PodFailed",
-          message: `Pod(s) failed: ${failedPods.join(", ")}`,
+          message: `Pod(s) failed: ${failedPods.map(failedPodText).join("; ")}`,
         }
         : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
     ];
     const next = baseStatus(as, podsNow, conditions);
-    const stuck = newCauses(counted, seenCauses.get(key), as.status?.podStatuses);
+    const stuck = newCauses(ofOrdinals, seenCauses.get(key), as.status?.podStatuses, now());
     let statusOutdated = false;
     try {
       await writeStatus(as, next, signal);
@@ -759,7 +971,11 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       }
       // Only refused writes: come back when the first one is due (or at once on a spec change,
       // through the watch), not through the error backoff.
-      const due = rejected.nextDelayMs(key);
+      const dueRejected = rejected.nextDelayMs(key);
+      const due = dueRejected === undefined ? undefined : Math.min(
+        dueRejected,
+        Number.isFinite(wakeAtMs) ? Math.max(1, wakeAtMs - now()) : Infinity,
+      );
       if (failures.every((f) => f.rejected) && due !== undefined) {
         logger.info("A write was refused; retrying slowly", {
           reasons: [...new Set(failures.map((f) => f.reason))].join(","),
@@ -770,5 +986,8 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       throw new ReportedError(failures.map((f) => f.message).join("; "));
     }
     if (statusOutdated) return { requeue: true };
+    // A failed Pod held back by its replacement delay, or a Pod being deleted that becomes stuck
+    // terminating: come back then (no watch event will say so).
+    if (Number.isFinite(wakeAtMs)) return { requeueAfterMs: Math.max(1, wakeAtMs - now()) };
   };
 }

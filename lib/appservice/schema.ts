@@ -51,15 +51,26 @@ const IMAGE_RULE = celRule({
   message: IMAGE_MESSAGE,
 }, (s: string) => IMAGE_RE.test(s));
 
-/** Message of the name validation rule. */
+/** Message of the name validation rule (the apiserver prefixes `metadata.name: Invalid value`). */
 export const NAME_MESSAGE: string =
-  "metadata.name must be at most 63 characters of lower-case letters, " +
-  "digits and '-', starting with a letter (it names the Service and labels the Pods)";
+  "must be at most 63 characters of lower-case letters, digits and '-', starting with a " +
+  "letter (it names the Service and labels the Pods)";
+/**
+ * The name rule, on `metadata.name` itself (the one place a CRD may restrict metadata), so the
+ * answer names the field (`metadata.name: Invalid value: "my.app": must be ...`); at the root it
+ * read `<nil>: Invalid value`. One CEL rule for length and form: a `maxLength` of 63 would be a
+ * schema error, after which the apiserver adds a confusing "some validation rules were not
+ * checked" line.
+ */
 const NAME_RULE = celRule({
-  rule: "self.metadata.name.size() <= 63 && " +
-    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+  rule: "self.size() <= 63 && self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
   message: NAME_MESSAGE,
-}, (o) => o.metadata.name.length <= 63 && /^[a-z]([-a-z0-9]*[a-z0-9])?$/.test(o.metadata.name));
+}, (n: string) => n.length <= 63 && /^[a-z]([-a-z0-9]*[a-z0-9])?$/.test(n));
+
+/** `schema` with a description (shown by `kubectl explain`); a shared schema keeps its own. */
+function described<T extends TSchema>(schema: T, description: string): T {
+  return { ...schema, description };
+}
 
 /** DNS-1123 subdomain (IsDNS1123Subdomain, k8s.io/apimachinery/pkg/util/validation). */
 export const DNS1123_SUBDOMAIN: string =
@@ -144,11 +155,9 @@ const KeySelector = (what: string) =>
       description: `Key in the ${what}.`,
     }),
     optional: Type.Optional(Type.Boolean({
-      description: `The Pod starts even if the ${what} or its key is missing.`,
+      description: `Start the container even when the ${what} or its key is missing.`,
     })),
-  }, {
-    description: `A key of a ${what} in the AppService's namespace.`,
-  });
+  }, { description: `A key of a ${what} in the AppService's namespace.` });
 
 /** Downward API field paths a container's env may read (validEnvDownwardAPIFieldPathExpressions). */
 export const FIELD_PATH_PATTERN: string =
@@ -179,7 +188,7 @@ const FieldRef = Type.Object({
       ),
     ],
   }),
-}, { description: "A field of the Pod (downward API)." });
+});
 
 /** core/v1 ResourceFieldSelector as an env source (validateContainerResourceFieldSelector). */
 const ResourceFieldRef = Type.Object({
@@ -198,7 +207,6 @@ const ResourceFieldRef = Type.Object({
       "(default 1).",
   })),
 }, {
-  description: "A resource limit or request of the container (downward API).",
   "x-kubernetes-validations": [
     celRule({
       rule: "!has(self.divisor) || string(self.divisor) in (self.resource.endsWith('.cpu') ? " +
@@ -223,15 +231,21 @@ export const EnvVar = Type.Object({
     description: "Environment variable name (letters, digits, '_', '-', '.'; not starting " +
       "with a digit or '..').",
   }),
-  value: Type.Optional(Type.String({ description: "Literal value (default empty)." })),
+  value: Type.Optional(Type.String({
+    description: "The value; $(NAME) references to earlier variables are expanded by the kubelet.",
+  })),
   valueFrom: Type.Optional(Type.Object({
-    fieldRef: Type.Optional(FieldRef),
-    resourceFieldRef: Type.Optional(ResourceFieldRef),
+    fieldRef: Type.Optional(
+      described(FieldRef, "A field of the Pod (downward API), e.g. metadata.name or status.podIP."),
+    ),
+    resourceFieldRef: Type.Optional(
+      described(ResourceFieldRef, "A resource limit or request of the container."),
+    ),
     configMapKeyRef: Type.Optional(KeySelector("ConfigMap")),
     secretKeyRef: Type.Optional(KeySelector("Secret")),
   }, {
-    description: "Where the value comes from: exactly one of fieldRef, resourceFieldRef, " +
-      "configMapKeyRef, secretKeyRef (not with a non-empty value).",
+    description: "Where the value comes from (exactly one source; not with a non-empty value). " +
+      "A missing ConfigMap or Secret keeps the Pod in CreateContainerConfigError until it exists.",
     "x-kubernetes-validations": [
       celRule({
         rule: ENV_SOURCES.map((k) => `(has(self.${k}) ? 1 : 0)`).join(" + ") + " == 1",
@@ -240,7 +254,6 @@ export const EnvVar = Type.Object({
     ],
   })),
 }, {
-  description: "An environment variable of the container.",
   "x-kubernetes-validations": [
     celRule({
       rule: "!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",
@@ -271,7 +284,7 @@ export const ContainerPort = Type.Object({
     Type.Literal("TCP"),
     Type.Literal("UDP"),
     Type.Literal("SCTP"),
-  ], { default: "TCP", description: "TCP (default), UDP or SCTP." })),
+  ], { default: "TCP", description: "TCP (default), UDP or SCTP; the Service port's too." })),
   hostIP: Type.Optional(Type.String({
     maxLength: 45,
     description: "Host IP to bind hostPort to.",
@@ -279,9 +292,9 @@ export const ContainerPort = Type.Object({
   hostPort: Type.Optional(Type.Integer({
     minimum: 1,
     maximum: 65535,
-    description: "Port on the Node that forwards to containerPort (rarely needed).",
+    description: "Port on the Node to expose the container port on (rarely needed).",
   })),
-}, { description: "A port of the container, and of the Service." });
+});
 
 type PortT = {
   name?: string;
@@ -299,8 +312,8 @@ type PortT = {
  */
 const Ports = Type.Array(ContainerPort, {
   maxItems: 20,
-  description: "Ports of the container (at most 20); when not empty, a ClusterIP Service " +
-    "named like the AppService exposes them.",
+  description: "Container ports (at most 20). Each is also a port of the ClusterIP Service named " +
+    "like the AppService; without ports there is no Service. Changing them replaces the Pods.",
   "x-kubernetes-list-type": "map",
   "x-kubernetes-list-map-keys": ["containerPort", "protocol"],
   "x-kubernetes-validations": [
@@ -346,8 +359,6 @@ const isResourceName = (k: string) =>
 /** core/v1 ResourceList: resource name -> quantity. */
 const ResourceList = Type.Record(Type.String(), Quantity, {
   maxProperties: 8,
-  description: "Resource name (cpu, memory, ephemeral-storage, hugepages-<size>, " +
-    "<domain>/<name>) to quantity (e.g. 500m, 64Mi).",
   "x-kubernetes-validations": [
     celRule({
       rule: `self.all(k, k in ${JSON.stringify(STANDARD_RESOURCES)} || ` +
@@ -390,11 +401,21 @@ type ResourcesT = { limits?: Record<string, unknown>; requests?: Record<string, 
  * extended resources, which also need a limit; hugepages need cpu or memory.
  */
 export const ResourceRequirements = Type.Object({
-  limits: Type.Optional(ResourceList),
-  requests: Type.Optional(ResourceList),
+  limits: Type.Optional(
+    described(
+      ResourceList,
+      "Most of each resource the container may use, e.g. {cpu: 500m, memory: 256Mi}.",
+    ),
+  ),
+  requests: Type.Optional(
+    described(
+      ResourceList,
+      "Resources the scheduler reserves for the container (at most the limit).",
+    ),
+  ),
 }, {
-  description: "Compute resources of the container: requests (what the scheduler reserves) " +
-    "and limits (the most it may use), as in a Pod.",
+  description: "CPU, memory and other resources of the container (core/v1 " +
+    "ResourceRequirements). Changing them replaces the Pods.",
   "x-kubernetes-validations": [
     celRule({
       rule: "!has(self.requests) || !has(self.limits) || self.requests.all(k, " +
@@ -451,7 +472,10 @@ export const RestartPolicy = Type.Union([
   Type.Literal("Never"),
 ], {
   default: "Always",
-  description: "The Pods' restartPolicy: Always (default), OnFailure or Never.",
+  description:
+    "Pod restartPolicy: Always (default), OnFailure or Never. Under OnFailure or Never a " +
+    "Pod whose app exits 0 is not restarted; a Failed Pod is replaced, with growing delay when it " +
+    "fails again.",
 });
 
 /** AppService spec. */
@@ -467,12 +491,13 @@ export const AppServiceSpec = Type.Object({
     minimum: 1,
     maximum: 10,
     default: 1,
-    description: "Number of Pods (1 to 10, default 1).",
+    description: "Number of Pods (1 to 10).",
   })),
   resources: Type.Optional(ResourceRequirements),
   env: Type.Optional(Type.Array(EnvVar, {
     maxItems: 100,
-    description: "Environment variables of the container (one per name, at most 100).",
+    description: "Environment variables of the container (one entry per name, at most 100). " +
+      "Changing them replaces the Pods.",
     // One entry per name, as core/v1 Container.env declares it (a later duplicate would silently
     // hide an earlier one).
     "x-kubernetes-list-type": "map",
@@ -480,7 +505,11 @@ export const AppServiceSpec = Type.Object({
   })),
   ports: Type.Optional(Ports),
   restartPolicy: Type.Optional(RestartPolicy),
-}, { description: "What to run: the operator keeps this many Pods and a Service matching it." });
+}, {
+  description: "What to run: `replicas` Pods of one container image, with its env, ports, " +
+    "resources and restartPolicy, and a ClusterIP Service for its ports. A change of anything " +
+    "but replicas replaces the Pods one at a time.",
+});
 
 /** meta/v1 Condition. */
 export const Condition = Type.Object({
@@ -488,14 +517,11 @@ export const Condition = Type.Object({
   status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")], {
     description: "True, False or Unknown.",
   }),
-  reason: Type.String({
-    description: "Why, in one CamelCase word (e.g. AllReplicasReady, ImagePullBackOff); see " +
-      "README, Conditions and what to do.",
-  }),
-  message: Type.String({ description: "Details for a human (names the Pod when one is stuck)." }),
+  reason: Type.String({ description: "Why, in one UpperCamelCase word (see the README's table)." }),
+  message: Type.String({ description: "Why, for humans: names the Pod and the cause." }),
   lastTransitionTime: Type.String({
     format: "date-time",
-    description: "When status last changed.",
+    description: "When status last changed (not when reason or message did).",
   }),
   observedGeneration: Type.Optional(Type.Integer({
     minimum: 0,
@@ -507,70 +533,72 @@ export const Condition = Type.Object({
 export const ContainerStateEntry = Type.Object({
   waiting: Type.Optional(Type.Object({
     reason: Type.Optional(Type.String({ description: "e.g. ImagePullBackOff, CrashLoopBackOff." })),
-    message: Type.Optional(Type.String({ description: "The kubelet's message." })),
-  }, { description: "Not running yet, and why." })),
+    message: Type.Optional(Type.String({ description: "The kubelet's message (cut at 512)." })),
+  }, { description: "Not running yet, or waiting to be restarted." })),
   running: Type.Optional(Type.Object({
     startedAt: Type.Optional(Type.String({ description: "When the container started." })),
   }, { description: "Running." })),
   terminated: Type.Optional(Type.Object({
     reason: Type.Optional(Type.String({ description: "e.g. OOMKilled, Error, Completed." })),
-    exitCode: Type.Integer({ description: "Exit code of the container's process." }),
-    signal: Type.Optional(Type.Integer({ description: "Signal that ended it, if any." })),
-    message: Type.Optional(Type.String({ description: "The kubelet's message." })),
-  }, { description: "Ended, and how." })),
+    exitCode: Type.Integer({ description: "The container's exit code." }),
+    signal: Type.Optional(Type.Integer({ description: "The signal that ended it, if any." })),
+    message: Type.Optional(Type.String({ description: "The kubelet's message (cut at 512)." })),
+  }, { description: "Ended." })),
 });
 
 /** One container of an owned Pod, from core/v1 ContainerStatus. */
 export const ContainerStatusEntry = Type.Object({
   name: Type.String({ description: "Container name." }),
-  ready: Type.Boolean({ description: "The container passes its readiness check." }),
-  restartCount: Type.Integer({ minimum: 0, description: "Restarts of the container." }),
-  state: Type.Optional(
-    Type.Object(ContainerStateEntry.properties, { description: "Its current state." }),
-  ),
+  ready: Type.Boolean({ description: "Whether it passes its readiness check." }),
+  restartCount: Type.Integer({ minimum: 0, description: "Restarts by the kubelet." }),
+  state: Type.Optional(described(ContainerStateEntry, "Its state now.")),
   lastState: Type.Optional(
-    Type.Object(ContainerStateEntry.properties, {
-      description: "Its previous state (how the last run ended).",
-    }),
+    described(ContainerStateEntry, "How its last run ended, if it ran before."),
   ),
 });
 
 /** One owned Pod as reported in status. */
 export const PodStatusEntry = Type.Object({
-  name: Type.String({ description: "Pod name (<appservice>-<ordinal>)." }),
-  phase: Type.String({ description: "Pending, Running, Succeeded, Failed or Unknown." }),
-  ready: Type.Optional(Type.Boolean({ description: "The Pod is Ready." })),
-  restartCount: Type.Integer({ minimum: 0, description: "Restarts of its containers." }),
-  podIP: Type.Optional(Type.String({ description: "The Pod's IP address." })),
+  name: Type.String({ description: "Pod name, <AppService name>-<ordinal>." }),
+  phase: Type.String({
+    description: "Pending, Running, Succeeded, Failed, or Terminating while being deleted.",
+  }),
+  ready: Type.Optional(Type.Boolean({ description: "Whether the Pod is Ready." })),
+  restartCount: Type.Integer({ minimum: 0, description: "Container restarts, summed." }),
+  podIP: Type.Optional(Type.String({ description: "The Pod's IP, once it has one." })),
   reason: Type.Optional(Type.String({
     description: "Why the Pod cannot become Ready (the kubelet's, the scheduler's or the " +
       "Pod's own reason, e.g. ImagePullBackOff, Unschedulable, Evicted); absent while it can.",
   })),
-  message: Type.Optional(Type.String({
-    description: "Details of reason (at most 512 characters).",
-  })),
+  message: Type.Optional(Type.String({ description: "The message that goes with reason." })),
   containers: Type.Optional(Type.Array(ContainerStatusEntry, {
-    description: "Its containers, as the kubelet reports them.",
+    description: "Each container's state as the kubelet reports it.",
   })),
 });
 
 /** AppService status (written only through the status subresource). */
 export const AppServiceStatus = Type.Object({
-  ready: Type.Optional(Type.Boolean({ description: "All desired Pods are Ready." })),
-  /** Pods that exist and are not terminating (the scale subresource's status replicas). */
+  ready: Type.Optional(Type.Boolean({
+    description: "Every desired Pod is Ready and made from the current spec (the Ready condition).",
+  })),
   replicas: Type.Optional(Type.Integer({
     minimum: 0,
-    description: "Pods that exist and are not terminating.",
+    description:
+      "Pods that exist and are not terminating (the scale subresource's status replicas).",
   })),
-  /** Label selector of the Pods, as a string (the scale subresource's selector). */
   selector: Type.Optional(Type.String({
-    description: "Label selector of the Pods (for the scale subresource and " +
-      "HorizontalPodAutoscalers).",
+    description: "Label selector of the Pods, as a string (the scale subresource's selector).",
   })),
-  readyReplicas: Type.Optional(Type.Integer({ minimum: 0, description: "Pods that are Ready." })),
-  /** "ready/desired", for the Replicas printer column. */
+  readyReplicas: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "Desired Pods that are Ready, from any spec (during a rollout, old ones too).",
+  })),
+  updatedReplicas: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "Desired Pods made from the current spec (Ready or not).",
+  })),
   replicasSummary: Type.Optional(Type.String({
-    description: "ready/desired, as kubectl get shows it.",
+    description: "readyReplicas/replicas, for the Replicas column of kubectl get.",
   })),
   observedGeneration: Type.Optional(Type.Integer({
     minimum: 0,
@@ -578,16 +606,17 @@ export const AppServiceStatus = Type.Object({
   })),
   lastReconciliation: Type.Optional(Type.String({
     format: "date-time",
-    description: "When this status was last written.",
+    description: "When the operator last changed this status.",
   })),
   conditions: Type.Optional(Type.Array(Condition, {
-    description: "Ready (serves, or why not), Progressing (Pods being created, scaled or " +
-      "replaced) and Degraded (a write failed).",
+    description: "Ready, Progressing and Degraded, each with reason, message and " +
+      "observedGeneration.",
   })),
   podStatuses: Type.Optional(Type.Array(PodStatusEntry, {
-    description: "One entry per owned Pod, with why it is stuck while it cannot become Ready.",
+    description: "Each Pod of the AppService: phase, readiness, restarts, IP, containers, and " +
+      "why it is stuck.",
   })),
-}, { description: "What the operator observed (written through the status subresource)." });
+}, { description: "What the operator observed, written by it only (the status subresource)." });
 
 /** TypeScript type of the spec, after apiserver defaulting. */
 export type AppServiceSpecT = Static<typeof AppServiceSpec>;
@@ -720,13 +749,18 @@ export function appServiceCrd(): Record<string, unknown> {
             description:
               "AppService runs `replicas` Pods of one image, and a Service for its ports.",
             required: ["spec"],
-            // The name becomes the Service's name (a DNS-1035 label) and a label value (63
-            // characters at most), so a name that cannot be used is refused at once.
-            "x-kubernetes-validations": [NAME_RULE],
             properties: {
               apiVersion: { type: "string" },
               kind: { type: "string" },
-              metadata: { type: "object" },
+              // The name becomes the Service's name (a DNS-1035 label) and a label value (63
+              // characters at most), so a name that cannot be used is refused at once. (253:
+              // the longest name the apiserver accepts anyway; it bounds the rule's CEL cost.)
+              metadata: {
+                type: "object",
+                properties: {
+                  name: { type: "string", maxLength: 253, "x-kubernetes-validations": [NAME_RULE] },
+                },
+              },
               spec: toStructural(AppServiceSpec),
               status: toStructural(AppServiceStatus),
             },

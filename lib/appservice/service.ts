@@ -83,7 +83,7 @@ function portKey(p: ServicePort): string {
  * Whether the live Service already is what the AppService says. The AppService is the only
  * source of truth for what it controls — the port list (exactly: a port another writer added, or
  * an extra `appProtocol`/`nodePort`, is a difference), the selector (exactly) and the type — and
- * for its own labels and annotation (their values). What else is on the Service is left as others
+ * for the labels it relies on (`managed-by`, `instance`: their values). What else is on the Service is left as others
  * set it: their labels and annotations, and server-defaulted or user-set fields such as
  * `clusterIP`, `sessionAffinity` or `internalTrafficPolicy`. Port order does not matter.
  */
@@ -92,8 +92,11 @@ export function serviceMatches(live: Service, want: Service): boolean {
   const wantPorts = (want.spec?.ports ?? []).map(portKey).sort();
   const mapOk = (have?: Record<string, string>, ours?: Record<string, string>) =>
     Object.entries(ours ?? {}).every(([k, v]) => have?.[k] === v);
-  return mapOk(live.metadata?.labels, want.metadata?.labels) &&
-    mapOk(live.metadata?.annotations, want.metadata?.annotations) &&
+  // Of its own metadata, only the labels the operator relies on (managed-by puts the Service in
+  // its cache, instance makes an orphan adoptable; the selector's keys): the `name` label and the
+  // hash annotation are informational, and a policy rewriting them must not make every reconcile
+  // write the Service again (they are set whenever the Service is written for another reason).
+  return mapOk(live.metadata?.labels, want.spec?.selector) &&
     (live.spec?.type ?? "ClusterIP") === want.spec?.type &&
     stableJson(live.spec?.selector ?? {}) === stableJson(want.spec?.selector ?? {}) &&
     stableJson(livePorts) === stableJson(wantPorts);

@@ -40,6 +40,34 @@ export const STARTING_REASONS: ReadonlySet<string> = new Set([
   "PodInitializing",
 ]);
 
+/**
+ * How long past its `deletionTimestamp` (the end of its grace period) a Pod may still exist before
+ * it counts as stuck terminating (ms): the kubelet removes a Pod within seconds of the grace
+ * period's end, so one still there half a minute later is held (a finalizer, an unreachable Node).
+ */
+export const TERMINATING_STUCK_AFTER_MS = 30_000;
+
+/**
+ * Why a Pod being deleted is still there, once it is {@link TERMINATING_STUCK_AFTER_MS} past its
+ * grace period (undefined before, or when it is not being deleted). The text depends only on the
+ * Pod, so it causes one status write, not one per reconcile.
+ */
+export function stuckTerminating(pod: Pod, nowMs: number): PodCause | undefined {
+  const at = pod.metadata?.deletionTimestamp;
+  if (!at || nowMs < Date.parse(at) + TERMINATING_STUCK_AFTER_MS) return undefined;
+  const finalizers = pod.metadata?.finalizers ?? [];
+  const held = finalizers.length > 0
+    ? `held by finalizer(s) ${finalizers.join(", ")}`
+    : pod.spec?.nodeName
+    ? `its Node ${pod.spec.nodeName} has not confirmed the deletion (unreachable?)`
+    : "not removed";
+  return {
+    reason: "PodStuckTerminating",
+    message: `being deleted since ${at} (end of its grace period): ${held}`,
+    stuck: true,
+  };
+}
+
 /** A condition before times are filled in. */
 export type ConditionInput = Omit<ConditionT, "lastTransitionTime" | "observedGeneration">;
 
@@ -131,18 +159,33 @@ function exitText(t: NonNullable<ContainerState["terminated"]>): string {
 }
 
 /**
- * Why `pod` is not Ready, or undefined when it is Ready or being deleted. In order: the Pod's own
- * `status.reason` (Evicted, OutOfcpu, NodeAffinity, ...); PodScheduled=False (the scheduler's
+ * Why `pod` is not Ready, or undefined when it is Ready or being deleted (with `nowMs`, a Pod being
+ * deleted past its grace period is {@link stuckTerminating}). In order: the Pod's own
+ * `status.reason` (Evicted, OutOfcpu, NodeAffinity, ...); phase Succeeded (`Completed`: the app
+ * exited 0, and under restartPolicy OnFailure or Never the kubelet will not start it again); PodScheduled=False (the scheduler's
  * reason, e.g. Unschedulable with "0/4 nodes are available: 4 Insufficient cpu"); the first
  * container (init containers first) waiting for any reason but {@link STARTING_REASONS} (with the
  * last termination, as CrashLoopBackOff has one); the first container terminated with a non-zero
- * exit code or a reason other than Completed (OOMKilled, Error, ContainerCannotRun, ...). Otherwise
- * the Pod is still starting (stuck false).
+ * exit code or a reason other than Completed (OOMKilled, Error, ContainerCannotRun, ...); phase
+ * Failed with none of these (`PodFailed`). Otherwise the Pod is still starting (stuck false).
  */
-export function podCause(pod: Pod): PodCause | undefined {
-  if (pod.metadata?.deletionTimestamp || isPodReady(pod)) return undefined;
+export function podCause(pod: Pod, nowMs?: number): PodCause | undefined {
+  if (pod.metadata?.deletionTimestamp) {
+    return nowMs === undefined ? undefined : stuckTerminating(pod, nowMs);
+  }
+  if (isPodReady(pod)) return undefined;
   const st = pod.status ?? {};
   if (st.reason) return { reason: st.reason, message: clip(st.message ?? ""), stuck: true };
+  if (st.phase === "Succeeded") {
+    const policy = pod.spec?.restartPolicy ?? "Always";
+    return {
+      reason: "Completed",
+      message: policy === "Always"
+        ? "every container exited with exit code 0"
+        : `every container exited with exit code 0; not restarted (restartPolicy ${policy})`,
+      stuck: true,
+    };
+  }
   const scheduled = st.conditions?.find((c) => c.type === "PodScheduled");
   if (scheduled?.status === "False") {
     return {
@@ -172,6 +215,7 @@ export function podCause(pod: Pod): PodCause | undefined {
     }
   }
   if (starting) return starting;
+  if (st.phase === "Failed") return { reason: "PodFailed", message: "", stuck: true };
   const ready = st.conditions?.find((c) => c.type === "Ready");
   return {
     reason: ready?.reason || (st.phase === "Pending" || !st.phase ? "PodPending" : "PodNotReady"),
@@ -180,8 +224,11 @@ export function podCause(pod: Pod): PodCause | undefined {
   };
 }
 
-/** Per-Pod status entries, sorted by name; a stuck Pod's entry names its cause. */
-export function podStatuses(pods: Pod[]): PodStatusEntryT[] {
+/**
+ * Per-Pod status entries, sorted by name; a stuck Pod's entry names its cause (with `nowMs`, also
+ * a Pod stuck terminating).
+ */
+export function podStatuses(pods: Pod[], nowMs?: number): PodStatusEntryT[] {
   return pods
     .map((p) => {
       const e: PodStatusEntryT = {
@@ -191,7 +238,7 @@ export function podStatuses(pods: Pod[]): PodStatusEntryT[] {
         restartCount: restartCount(p),
       };
       if (p.status?.podIP) e.podIP = p.status.podIP;
-      const cause = podCause(p);
+      const cause = podCause(p, nowMs);
       if (cause?.stuck) {
         e.reason = cause.reason;
         if (cause.message) e.message = cause.message;
@@ -226,24 +273,35 @@ export function conditionReason(reason: string, fallback = "PodNotReady"): strin
  * `<reason>: <pod>: <message> (<ready>/<replicas> Pods ready[; <n> stuck: <reason> <pods>; ...])`,
  * e.g. `ImagePullBackOff: web-0: Back-off pulling image "x:1" (0/2 Pods ready; 2 stuck:
  * ImagePullBackOff web-0, web-1)`. Otherwise ReplicasNotReady with `<ready>/<replicas> Pods
- * ready`.
+ * ready`, or RollingUpdate when every Pod is Ready but some are from the previous spec. While a
+ * rollout is under way the count adds `, <updated>/<replicas> at the current spec`.
  *
- * @param pods the owned Pods that count (not being deleted)
+ * @param pods the owned Pods of the wanted ordinals (with `o.nowMs`, those being deleted too: one
+ *   stuck terminating is named)
+ * @param readyReplicas Ready Pods of any spec (as `kubectl get pods` counts them)
+ * @param ready whether every desired Pod is Ready at the current spec
  */
 export function readyCondition(
   pods: Pod[],
   readyReplicas: number,
   replicas: number,
   ready: boolean,
+  o: ReadyConditionOptions = {},
 ): ConditionInput {
-  const count = `${readyReplicas}/${replicas} Pods ready`;
+  let count = `${readyReplicas}/${replicas} Pods ready`;
   if (ready) return { type: "Ready", status: "True", reason: "AllReplicasReady", message: count };
+  const outdated = o.outdated ?? 0;
+  if (outdated > 0) {
+    count += `, ${o.updated ?? replicas - outdated}/${replicas} at the current spec`;
+  }
   const stuck = pods
-    .map((p) => ({ name: p.metadata?.name ?? "", cause: podCause(p) }))
+    .map((p) => ({ name: p.metadata?.name ?? "", cause: podCause(p, o.nowMs) }))
     .filter((x): x is { name: string; cause: PodCause } => !!x.cause?.stuck)
     .sort((a, b) => byOrdinal(a.name, b.name));
   if (stuck.length === 0) {
-    return { type: "Ready", status: "False", reason: "ReplicasNotReady", message: count };
+    // Every Pod Ready, some from the previous spec: a rollout is replacing them.
+    const reason = readyReplicas >= replicas && outdated > 0 ? "RollingUpdate" : "ReplicasNotReady";
+    return { type: "Ready", status: "False", reason, message: count };
   }
   const first = stuck[0];
   let summary = count;
@@ -266,6 +324,16 @@ export function readyCondition(
   };
 }
 
+/** Rollout counts and the clock for {@link readyCondition}. */
+export interface ReadyConditionOptions {
+  /** Pods at the current spec (not being deleted). */
+  updated?: number;
+  /** Pods at a previous spec (not being deleted); the message counts the updated ones if any. */
+  outdated?: number;
+  /** Now (ms): Pods being deleted past their grace period are named as stuck terminating. */
+  nowMs?: number;
+}
+
 /** A stuck Pod's cause as remembered between reconciles: reason and restart count. */
 export type CauseSignature = string;
 
@@ -286,12 +354,13 @@ export function newCauses(
   pods: Pod[],
   seen: ReadonlyMap<string, CauseSignature> | undefined,
   stored: PodStatusEntryT[] | undefined,
+  nowMs?: number,
 ): { occurrences: { pod: Pod; cause: PodCause }[]; signatures: Map<string, CauseSignature> } {
   const occurrences: { pod: Pod; cause: PodCause }[] = [];
   const signatures = new Map<string, CauseSignature>();
   for (const pod of pods) {
     const uid = pod.metadata?.uid ?? pod.metadata?.name ?? "";
-    const cause = podCause(pod);
+    const cause = podCause(pod, nowMs);
     const sig = cause?.stuck ? causeSignature(cause.reason, restartCount(pod)) : "";
     signatures.set(uid, sig);
     if (!cause?.stuck) continue;

@@ -159,6 +159,15 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
         await ready(1, "nginx:1.27");
         await c.patch(AS, "app", { spec: { replicas: 3 } }, { namespace: ns });
         await ready(3, "nginx:1.27");
+        // A label of the operator's removed from a Pod by hand is put back (patch on pods; the
+        // same verb adopts orphaned Pods).
+        await c.patch(PODS, "app-2", {
+          metadata: { labels: { "app.kubernetes.io/instance": null } },
+        }, { namespace: ns });
+        await waitFor("app-2's label put back", async () => {
+          const p = await c.get<KubeObject>(PODS, "app-2", { namespace: ns });
+          return p.metadata?.labels?.["app.kubernetes.io/instance"] === "app";
+        }, 30_000);
         await c.patch(AS, "app", { spec: { image: "nginx:1.28", ports: null } }, { namespace: ns });
         await ready(3, "nginx:1.28");
         await c.delete(AS, "app", { namespace: ns });

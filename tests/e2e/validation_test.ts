@@ -74,7 +74,10 @@ Deno.test("validation: invalid AppServices get 422 naming the field; defaults ap
           await c.create(APPSERVICES as never, appService(ns, name, { image: "nginx:1" }));
         } catch (err) {
           assert(err instanceof ApiError && err.code === 422, String(err));
-          assert(err.message.includes("metadata.name must be at most 63 characters"), err.message);
+          // The field is named (it read `<nil>: Invalid value` when the rule sat at the root).
+          assert(err.message.includes("metadata.name: Invalid value"), err.message);
+          assert(err.message.includes("must be at most 63 characters"), err.message);
+          assert(!err.message.includes("<nil>"), err.message);
           continue;
         }
         throw new Error(`${name} was accepted`);

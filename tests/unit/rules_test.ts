@@ -11,7 +11,12 @@ import { appServiceCrd, validateSpec } from "../../lib/appservice/schema.ts";
 import { as } from "./schema_test.ts";
 import { type CelRule, twinOf } from "../../lib/appservice/rules.ts";
 import { quantityIsInteger, quantityNanos } from "../../lib/appservice/quantity.ts";
-import { desiredService, serviceMatches, servicePatch } from "../../lib/appservice/service.ts";
+import {
+  desiredService,
+  SERVICE_HASH_ANNOTATION,
+  serviceMatches,
+  servicePatch,
+} from "../../lib/appservice/service.ts";
 import { specArbitrary } from "../fixtures/spec_arbitrary.ts";
 
 /**
@@ -302,6 +307,15 @@ Deno.test("service: the AppService's ports and selector exactly; others' labels 
   const sel = structuredClone(live);
   sel.spec!.selector!.tier = "x";
   assert(!serviceMatches(sel, want));
+  // Of the operator's own metadata only the labels it relies on count (a policy may rewrite the
+  // informational name label or drop the hash annotation without a write per reconcile).
+  const renamed = structuredClone(live);
+  renamed.metadata!.labels!["app.kubernetes.io/name"] = "platform";
+  delete renamed.metadata!.annotations![SERVICE_HASH_ANNOTATION];
+  assert(serviceMatches(renamed, want));
+  const unmanaged = structuredClone(live);
+  delete unmanaged.metadata!.labels!["app.kubernetes.io/managed-by"];
+  assert(!serviceMatches(unmanaged, want), "out of the operator's sight without managed-by");
 
   sel.spec!.type = "NodePort";
   const patch = servicePatch(sel, want) as {

@@ -17,6 +17,8 @@ import {
   podStatuses,
   readyCondition,
   statusChanged,
+  stuckTerminating,
+  TERMINATING_STUCK_AFTER_MS,
 } from "../../lib/appservice/status.ts";
 
 const scheduled: PodCondition = { type: "PodScheduled", status: "True" };
@@ -253,8 +255,55 @@ Deno.test("readyCondition: first stuck Pod by ordinal, the reason, the Pod and a
   assertEquals(readyCondition([...pods].reverse(), 0, 11, false), c);
   assertEquals(readyCondition([pods[2]], 0, 1, false).reason, "ReplicasNotReady");
   assertEquals(readyCondition([], 1, 1, true).reason, "AllReplicasReady");
+  // A rollout: the count is of every Ready Pod, with how many are at the current spec.
+  const rolling = readyCondition([], 3, 3, false, { updated: 1, outdated: 2 });
+  assertEquals(rolling.reason, "RollingUpdate");
+  assertEquals(rolling.message, "3/3 Pods ready, 1/3 at the current spec");
+  assertEquals(
+    readyCondition([], 2, 3, false, { updated: 1, outdated: 2 }).reason,
+    "ReplicasNotReady",
+  );
+  // A missing Pod is not "at another spec".
+  assertEquals(readyCondition([], 1, 2, false, { updated: 1 }).message, "1/2 Pods ready");
   assertEquals(conditionReason("Out of cpu!"), "Outofcpu");
   assertEquals(conditionReason("---"), "PodNotReady");
+});
+
+Deno.test("podCause: a Pod that ended: Completed (not restarted unless Always), PodFailed", () => {
+  const done = withContainer({ state: terminated("Completed", 0) }, "Succeeded");
+  const never = { ...pod("job-0", done), spec: { containers: [], restartPolicy: "Never" } };
+  assertEquals(podCause(never), {
+    reason: "Completed",
+    message: "every container exited with exit code 0; not restarted (restartPolicy Never)",
+    stuck: true,
+  });
+  assertEquals(podCause(pod("web-0", done))?.message, "every container exited with exit code 0");
+  assertEquals(podCause(pod("web-1", { phase: "Failed" })), {
+    reason: "PodFailed",
+    message: "",
+    stuck: true,
+  });
+});
+
+Deno.test("stuckTerminating: named 30 s past the grace period, with what holds it", () => {
+  const at = "2026-01-01T00:00:00Z";
+  const p: Pod = {
+    metadata: { name: "web-0", uid: "u", deletionTimestamp: at, finalizers: ["x.io/hold"] },
+    spec: { containers: [], nodeName: "n1" },
+  };
+  const t = Date.parse(at);
+  assertEquals(podCause(p), undefined, "without a clock: not judged");
+  assertEquals(podCause(p, t + TERMINATING_STUCK_AFTER_MS - 1), undefined);
+  const c = podCause(p, t + TERMINATING_STUCK_AFTER_MS)!;
+  assertEquals(c.reason, "PodStuckTerminating");
+  assert(c.message.includes("x.io/hold") && c.message.includes(at), c.message);
+  // The same text later (no status write per reconcile).
+  assertEquals(podCause(p, t + 10 * TERMINATING_STUCK_AFTER_MS), c);
+  const lost = { ...p, metadata: { ...p.metadata, finalizers: [] } };
+  assert(stuckTerminating(lost, t + 60_000)!.message.includes("Node n1"));
+  const rc = readyCondition([p], 1, 2, false, { nowMs: t + 60_000 });
+  assertEquals(rc.reason, "PodStuckTerminating");
+  assert(rc.message.startsWith("PodStuckTerminating: web-0: being deleted since"), rc.message);
 });
 
 Deno.test("newCauses: a new reason or a new restart is an occurrence; the same state is not", () => {
