@@ -39,6 +39,19 @@ export const RETRY_PERIOD_MS = 2_000;
 /** Jitter factor applied to the retry period of candidates; client-go JitterFactor 1.2. */
 export const RETRY_JITTER = 1.2;
 
+/**
+ * Bound of one Lease attempt (ms): half the renew deadline, at least 1 s — the timeout client-go
+ * gives the lock's client (`resourcelock.NewFromKubeconfig`: `renewDeadline / 2`, at least 1 s),
+ * which controller-runtime's leader election uses. An attempt sent into a connection that died
+ * without FIN or RST (an apiserver behind a load balancer gone, a stalled path) would otherwise
+ * wait for the whole renew deadline, and the Lease would be lost to a stall of a few seconds
+ * that new connections had long survived: a timed-out attempt drops the pooled connections (the
+ * client's rule for a caller's timeout) and the next one goes at once, on a new connection.
+ */
+export function leaseAttemptTimeoutMs(renewDeadlineMs: number): number {
+  return Math.max(1_000, renewDeadlineMs / 2);
+}
+
 /** Formats a time as Kubernetes MicroTime: `2006-01-02T15:04:05.000000Z`. */
 export function microTime(ms: number): string {
   const iso = new Date(ms).toISOString(); // ...T15:04:05.123Z
@@ -369,11 +382,21 @@ export class LeaderElector {
    */
   async run(signal: AbortSignal): Promise<"lost" | "stopped"> {
     const o = this.#o;
-    // Acquire.
+    const attemptMs = leaseAttemptTimeoutMs(o.renewDeadlineMs);
+    // Acquire. Attempts start at most every retry period (jittered); one that used up its time
+    // (a stalled connection) is followed at once by the next, on a new connection.
     while (!signal.aborted) {
-      if (await this.tryAcquireOrRenew(signal)) break;
+      const startedMs = this.#clock.now();
+      if (await this.tryAcquireOrRenew(AbortSignal.any([signal, AbortSignal.timeout(attemptMs)]))) {
+        break;
+      }
+      const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
       try {
-        await sleepOn(this.#clock, o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random()), signal);
+        await sleepOn(
+          this.#clock,
+          Math.max(0, periodMs - (this.#clock.now() - startedMs)),
+          signal,
+        );
       } catch {
         return "stopped";
       }
@@ -391,17 +414,27 @@ export class LeaderElector {
     }
     this.#leading = true;
     o.onStartedLeading?.();
-    // Renew. The deadline is the fence's: the age of the last successful write's sending.
+    // Renew. The deadline is the fence's: the age of the last successful write's sending. Each
+    // attempt is bounded by leaseAttemptTimeoutMs (and the deadline); after one that used up a
+    // retry period or more without success (it waited on a dead connection), the next goes at
+    // once.
+    let waitMs = o.retryPeriodMs;
     while (!signal.aborted) {
       try {
-        await sleepOn(this.#clock, o.retryPeriodMs, signal);
+        await sleepOn(this.#clock, waitMs, signal);
       } catch {
         break;
       }
+      waitMs = o.retryPeriodMs;
       const remaining = o.renewDeadlineMs - this.fence.monotonicAgeMs();
       if (remaining > 0) {
-        const attempt = AbortSignal.any([signal, AbortSignal.timeout(remaining)]);
+        const startedMs = this.#clock.now();
+        const attempt = AbortSignal.any([
+          signal,
+          AbortSignal.timeout(Math.min(remaining, attemptMs)),
+        ]);
         if (await this.tryAcquireOrRenew(attempt)) continue;
+        if (this.#clock.now() - startedMs >= o.retryPeriodMs) waitMs = 0;
       }
       if (signal.aborted) break;
       if (
