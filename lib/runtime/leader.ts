@@ -3,7 +3,9 @@
  * - acquire: create the Lease, or take it over when its holder is empty or has not renewed for
  *   `leaseDurationSeconds` as observed on the local clock (the record's times are not trusted
  *   across clock skew); every write carries the read resourceVersion (optimistic concurrency, a 409
- *   means someone else won);
+ *   means someone else won). A Lease deleted while another candidate held it is treated as still
+ *   held by that candidate until a lease duration after its last renewal seen here (the holder,
+ *   if alive, re-creates it at its next renewal; client-go would take it at once: two leaders);
  * - renew every `retryPeriodMs`; a leader that cannot renew within `renewDeadlineMs` has lost the
  *   Lease: `onStoppedLeading` fires and the caller must stop writing at once (self-fencing);
  * - release (on shutdown): an update that clears `holderIdentity` and sets
@@ -246,7 +248,14 @@ export class LeaderElector {
     >
     & LeaderElectorOptions;
   #clock: Clock;
-  #observed?: { holder: string; renewTime?: string; rv?: string; atMs: number };
+  #observed?: {
+    holder: string;
+    renewTime?: string;
+    rv?: string;
+    atMs: number;
+    /** The record's leaseDurationSeconds, in ms (ours when it has none). */
+    durationMs: number;
+  };
   #lease?: Lease;
   #leading = false;
   /** The fence of this candidate's writes; see {@link LeaseFence}. */
@@ -326,6 +335,14 @@ export class LeaderElector {
         current = await o.client.get<Lease>(LEASES, o.name, { namespace: o.namespace, signal });
       } catch (err) {
         if (!isNotFound(err)) throw err;
+        // Deleted (by hand, a cleanup, a pruning tool) while another candidate held it: that
+        // holder may still be working and will re-create it at its next renewal. Taking it now
+        // would make two leaders; wait as for an expired Lease, a lease duration after its last
+        // renewal we saw (client-go takes a missing Lease at once).
+        const last = this.#observed;
+        if (last?.holder && last.holder !== o.identity && last.atMs + last.durationMs > now) {
+          return false;
+        }
         // The fence counts from the moment the write that makes us holder is sent: the record
         // cannot have changed earlier (a slow read before it, e.g. one stuck on a stalled
         // connection, does not age the new term).
@@ -369,7 +386,13 @@ export class LeaderElector {
     const renew = lease.spec?.renewTime;
     const prev = this.#observed;
     if (!prev || prev.holder !== holder || prev.renewTime !== renew) {
-      this.#observed = { holder, renewTime: renew, rv: lease.metadata?.resourceVersion, atMs: now };
+      this.#observed = {
+        holder,
+        renewTime: renew,
+        rv: lease.metadata?.resourceVersion,
+        atMs: now,
+        durationMs: (lease.spec?.leaseDurationSeconds ?? this.#o.leaseDurationSeconds) * 1000,
+      };
       if (holder && holder !== this.#o.identity && prev?.holder !== holder) {
         this.#o.onNewLeader?.(holder);
       }
