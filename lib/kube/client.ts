@@ -411,6 +411,9 @@ export class KubeClient {
 
   /** The stall rule at a recovery (see the module doc). */
   #endStalled(r: Recovery): void {
+    // Idle pooled connections may have died with the path (no FIN, no RST): a later request
+    // taken from the pool would wait on one until its timeout. New requests get new ones.
+    this.#creds.resetConnections();
     const now = Date.now();
     for (const e of this.#requests) {
       if (e.sentAtMs < r.sentAtMs && now - e.sentAtMs >= STALLED_REQUEST_MIN_MS) {

@@ -3,7 +3,9 @@
  * - acquire: create the Lease, or take it over when its holder is empty or has not renewed for
  *   `leaseDurationSeconds` as observed on the local clock (the record's times are not trusted
  *   across clock skew); every write carries the read resourceVersion (optimistic concurrency, a 409
- *   means someone else won);
+ *   means someone else won). A Lease deleted while another candidate held it is treated as still
+ *   held by that candidate until a lease duration after its last renewal seen here (the holder,
+ *   if alive, re-creates it at its next renewal; client-go would take it at once: two leaders);
  * - renew every `retryPeriodMs`; a leader that cannot renew within `renewDeadlineMs` has lost the
  *   Lease: `onStoppedLeading` fires and the caller must stop writing at once (self-fencing);
  * - release (on shutdown): an update that clears `holderIdentity` and sets
@@ -38,6 +40,19 @@ export const RENEW_DEADLINE_MS = 10_000;
 export const RETRY_PERIOD_MS = 2_000;
 /** Jitter factor applied to the retry period of candidates; client-go JitterFactor 1.2. */
 export const RETRY_JITTER = 1.2;
+
+/**
+ * Bound of one Lease attempt (ms): half the renew deadline, at least 1 s — the timeout client-go
+ * gives the lock's client (`resourcelock.NewFromKubeconfig`: `renewDeadline / 2`, at least 1 s),
+ * which controller-runtime's leader election uses. An attempt sent into a connection that died
+ * without FIN or RST (an apiserver behind a load balancer gone, a stalled path) would otherwise
+ * wait for the whole renew deadline, and the Lease would be lost to a stall of a few seconds
+ * that new connections had long survived: a timed-out attempt drops the pooled connections (the
+ * client's rule for a caller's timeout) and the next one goes at once, on a new connection.
+ */
+export function leaseAttemptTimeoutMs(renewDeadlineMs: number): number {
+  return Math.max(1_000, renewDeadlineMs / 2);
+}
 
 /** Formats a time as Kubernetes MicroTime: `2006-01-02T15:04:05.000000Z`. */
 export function microTime(ms: number): string {
@@ -233,7 +248,14 @@ export class LeaderElector {
     >
     & LeaderElectorOptions;
   #clock: Clock;
-  #observed?: { holder: string; renewTime?: string; rv?: string; atMs: number };
+  #observed?: {
+    holder: string;
+    renewTime?: string;
+    rv?: string;
+    atMs: number;
+    /** The record's leaseDurationSeconds, in ms (ours when it has none). */
+    durationMs: number;
+  };
   #lease?: Lease;
   #leading = false;
   /** The fence of this candidate's writes; see {@link LeaseFence}. */
@@ -313,6 +335,14 @@ export class LeaderElector {
         current = await o.client.get<Lease>(LEASES, o.name, { namespace: o.namespace, signal });
       } catch (err) {
         if (!isNotFound(err)) throw err;
+        // Deleted (by hand, a cleanup, a pruning tool) while another candidate held it: that
+        // holder may still be working and will re-create it at its next renewal. Taking it now
+        // would make two leaders; wait as for an expired Lease, a lease duration after its last
+        // renewal we saw (client-go takes a missing Lease at once).
+        const last = this.#observed;
+        if (last?.holder && last.holder !== o.identity && last.atMs + last.durationMs > now) {
+          return false;
+        }
         // The fence counts from the moment the write that makes us holder is sent: the record
         // cannot have changed earlier (a slow read before it, e.g. one stuck on a stalled
         // connection, does not age the new term).
@@ -356,7 +386,13 @@ export class LeaderElector {
     const renew = lease.spec?.renewTime;
     const prev = this.#observed;
     if (!prev || prev.holder !== holder || prev.renewTime !== renew) {
-      this.#observed = { holder, renewTime: renew, rv: lease.metadata?.resourceVersion, atMs: now };
+      this.#observed = {
+        holder,
+        renewTime: renew,
+        rv: lease.metadata?.resourceVersion,
+        atMs: now,
+        durationMs: (lease.spec?.leaseDurationSeconds ?? this.#o.leaseDurationSeconds) * 1000,
+      };
       if (holder && holder !== this.#o.identity && prev?.holder !== holder) {
         this.#o.onNewLeader?.(holder);
       }
@@ -369,11 +405,21 @@ export class LeaderElector {
    */
   async run(signal: AbortSignal): Promise<"lost" | "stopped"> {
     const o = this.#o;
-    // Acquire.
+    const attemptMs = leaseAttemptTimeoutMs(o.renewDeadlineMs);
+    // Acquire. Attempts start at most every retry period (jittered); one that used up its time
+    // (a stalled connection) is followed at once by the next, on a new connection.
     while (!signal.aborted) {
-      if (await this.tryAcquireOrRenew(signal)) break;
+      const startedMs = this.#clock.now();
+      if (await this.tryAcquireOrRenew(AbortSignal.any([signal, AbortSignal.timeout(attemptMs)]))) {
+        break;
+      }
+      const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
       try {
-        await sleepOn(this.#clock, o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random()), signal);
+        await sleepOn(
+          this.#clock,
+          Math.max(0, periodMs - (this.#clock.now() - startedMs)),
+          signal,
+        );
       } catch {
         return "stopped";
       }
@@ -391,17 +437,27 @@ export class LeaderElector {
     }
     this.#leading = true;
     o.onStartedLeading?.();
-    // Renew. The deadline is the fence's: the age of the last successful write's sending.
+    // Renew. The deadline is the fence's: the age of the last successful write's sending. Each
+    // attempt is bounded by leaseAttemptTimeoutMs (and the deadline); after one that used up a
+    // retry period or more without success (it waited on a dead connection), the next goes at
+    // once.
+    let waitMs = o.retryPeriodMs;
     while (!signal.aborted) {
       try {
-        await sleepOn(this.#clock, o.retryPeriodMs, signal);
+        await sleepOn(this.#clock, waitMs, signal);
       } catch {
         break;
       }
+      waitMs = o.retryPeriodMs;
       const remaining = o.renewDeadlineMs - this.fence.monotonicAgeMs();
       if (remaining > 0) {
-        const attempt = AbortSignal.any([signal, AbortSignal.timeout(remaining)]);
+        const startedMs = this.#clock.now();
+        const attempt = AbortSignal.any([
+          signal,
+          AbortSignal.timeout(Math.min(remaining, attemptMs)),
+        ]);
         if (await this.tryAcquireOrRenew(attempt)) continue;
+        if (this.#clock.now() - startedMs >= o.retryPeriodMs) waitMs = 0;
       }
       if (signal.aborted) break;
       if (

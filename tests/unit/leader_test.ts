@@ -326,3 +326,30 @@ Deno.test("leader S13: the fence counts from the Lease write, not from a slow re
   assertEquals(a.fence.renewalAgeMs(), 0);
   a.fence.revoke();
 });
+
+Deno.test("leader: a Lease deleted while another holds it is not taken before that holder's term ran out", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const a = elector(api, "a", clock);
+  const b = elector(api, "b", clock);
+  assert(await a.tryAcquireOrRenew());
+  assertEquals(await b.tryAcquireOrRenew(), false); // b saw a's renewal now
+  api.lease = undefined; // `kubectl delete lease`
+  clock.advance(1_000);
+  assertEquals(await b.tryAcquireOrRenew(), false, "b took a deleted Lease a may still hold");
+  assertEquals(api.lease, undefined);
+  // a, still alive, re-creates it at its next renewal and b keeps seeing it.
+  assert(await a.tryAcquireOrRenew());
+  assertEquals(api.lease!.spec!.holderIdentity, "a");
+  assertEquals(await b.tryAcquireOrRenew(), false);
+  // Deleted again and a gone for good: b takes it a lease duration after a's last renewal.
+  api.lease = undefined;
+  clock.advance(3_999);
+  assertEquals(await b.tryAcquireOrRenew(), false);
+  clock.advance(1);
+  assert(await b.tryAcquireOrRenew());
+  assertEquals(api.lease!.spec!.holderIdentity, "b");
+  // A candidate that never saw a holder creates a missing Lease at once.
+  const fresh = new FakeLeaseApi();
+  assert(await elector(fresh, "c", clock).tryAcquireOrRenew());
+});
