@@ -14,6 +14,8 @@ import { Manager } from "./lib/runtime/manager.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
 import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
+import { MEMORY_DEBUG_ADDRESS_ENV, serveMemoryDebug } from "./lib/runtime/memory_debug.ts";
+import { parseBindAddress } from "./lib/runtime/health.ts";
 
 /** Prints one line on stderr and exits 1. */
 function fail(message: string): never {
@@ -165,12 +167,25 @@ async function main(): Promise<number> {
     useWatchList: v["watch-list"],
   });
   addAppServiceController(manager);
+  // Debug only (deno task bench): a memory report on its own address; unset in production.
+  let debugAddr;
+  try {
+    debugAddr = parseBindAddress(Deno.env.get(MEMORY_DEBUG_ADDRESS_ENV) ?? "");
+  } catch (err) {
+    fail(`${MEMORY_DEBUG_ADDRESS_ENV}: ${errorText(err)}`);
+  }
+  const debugStop = new AbortController();
+  if (debugAddr) {
+    const port = serveMemoryDebug(debugAddr.hostname, debugAddr.port, debugStop.signal);
+    logger.info("Serving the debug memory report", { path: "/debug/memory", port });
+  }
   try {
     return await manager.run(stop.signal);
   } catch (err) {
     if (err instanceof Error && err.name === "AddrInUse") fail(`cannot listen: ${err.message}`);
     fail(errorText(err));
   } finally {
+    debugStop.abort();
     client.close();
     leaderClient.close();
   }

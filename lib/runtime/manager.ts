@@ -125,6 +125,12 @@ export interface InformerOptions<T extends KubeObject> {
   fieldSelector?: string;
   /** Named indexes to add to the shared store (same name, same function when shared). */
   indexes?: Record<string, IndexFunc<T>>;
+  /**
+   * Cache transform of the shared store (the `transform` of {@link Store}'s options: it must keep every
+   * field any user of the informer reads). Informers are shared, so every caller asking for the
+   * same informer must pass the same function (or none after the first).
+   */
+  transform?: (obj: T) => T;
 }
 
 /** The operator process; see the module doc. */
@@ -132,6 +138,8 @@ export class Manager {
   #o: ResolvedOptions;
   #log = log("manager");
   #informers = new Map<string, Informer<KubeObject>>();
+  /** The transform each shared informer was made with (by informer id). */
+  #transforms = new Map<string, unknown>();
   #controllers: { controller: Controller; informers: Informer<KubeObject>[] }[] = [];
   #recorders: EventRecorder[] = [];
   #running = false;
@@ -190,7 +198,8 @@ export class Manager {
    * resource, namespace and selectors, so each is listed and watched once however many
    * controllers use it. Its reflector starts with {@link Manager.run}, on every replica (a
    * standby keeps a warm cache); `/readyz` waits for it.
-   * @throws Error after {@link Manager.run}, or for an index name taken by another function.
+   * @throws Error after {@link Manager.run}, for an index name taken by another function, or for
+   *   a `transform` other than the one the shared informer was made with.
    */
   informer<T extends KubeObject>(
     resource: ResourceType,
@@ -215,7 +224,9 @@ export class Manager {
       for (let n = 2; names.has(name); n++) name = `${resource.plural}-${n}`;
       const store = new Store<T>({
         onHandlerError: (err) => this.#log.error("Event handler failed", { error: errorText(err) }),
+        transform: opts.transform,
       });
+      this.#transforms.set(id, opts.transform);
       inf = {
         name,
         resource,
@@ -226,6 +237,8 @@ export class Manager {
         reflector: this.#reflector(resource, store, namespace, opts),
       };
       this.#informers.set(id, inf);
+    } else if (opts.transform && opts.transform !== this.#transforms.get(id)) {
+      throw new Error(`informer ${inf.name} is shared and already has another cache transform`);
     }
     for (const [name, fn] of Object.entries(opts.indexes ?? {})) inf.store.addIndex(name, fn);
     return inf;
