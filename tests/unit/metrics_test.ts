@@ -6,6 +6,7 @@
 import { assert, assertEquals } from "../assert.ts";
 import { startFlags } from "../../scripts/compile.ts";
 import { Metrics, PROC_SELF_METRICS } from "../../lib/runtime/metrics.ts";
+import { BoundedDelayHistogram, EVENT_LOOP_SAMPLE_CAPACITY } from "../../lib/runtime/eventloop.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;
 
@@ -55,4 +56,115 @@ Deno.test({
       assert((got.get(name) ?? 0) > 0, `${name}: ${got.get(name)}`);
     }
   },
+});
+
+/**
+ * Every metric name the operator exports under `deno task start`'s permissions, as it exported
+ * them before the event-loop monitor was replaced (dashboards depend on the names).
+ */
+const EXPORTED_NAMES = [
+  "appservice_reflector_relists_total",
+  "appservice_reflector_watch_errors_total",
+  "controller_runtime_active_workers",
+  "controller_runtime_max_concurrent_reconciles",
+  "controller_runtime_reconcile_errors_total",
+  "controller_runtime_reconcile_time_seconds",
+  "controller_runtime_reconcile_total",
+  "leader_election_master_status",
+  "nodejs_active_handles",
+  "nodejs_active_handles_total",
+  "nodejs_active_requests",
+  "nodejs_active_requests_total",
+  "nodejs_active_resources",
+  "nodejs_active_resources_total",
+  "nodejs_eventloop_lag_max_seconds",
+  "nodejs_eventloop_lag_mean_seconds",
+  "nodejs_eventloop_lag_min_seconds",
+  "nodejs_eventloop_lag_p50_seconds",
+  "nodejs_eventloop_lag_p90_seconds",
+  "nodejs_eventloop_lag_p99_seconds",
+  "nodejs_eventloop_lag_seconds",
+  "nodejs_eventloop_lag_stddev_seconds",
+  "nodejs_external_memory_bytes",
+  "nodejs_gc_duration_seconds",
+  "nodejs_heap_size_total_bytes",
+  "nodejs_heap_size_used_bytes",
+  "nodejs_heap_space_size_available_bytes",
+  "nodejs_heap_space_size_total_bytes",
+  "nodejs_heap_space_size_used_bytes",
+  "nodejs_version_info",
+  "process_cpu_seconds_total",
+  "process_cpu_system_seconds_total",
+  "process_cpu_user_seconds_total",
+  "process_resident_memory_bytes",
+  "process_start_time_seconds",
+  "rest_client_requests_total",
+  "workqueue_adds_total",
+  "workqueue_depth",
+  "workqueue_longest_running_processor_seconds",
+  "workqueue_queue_duration_seconds",
+  "workqueue_retries_total",
+  "workqueue_unfinished_work_seconds",
+  "workqueue_work_duration_seconds",
+];
+
+Deno.test("metrics: exactly the metric names exported before, event-loop lag from the bounded monitor", async () => {
+  const flags = await startFlags();
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", ...flags, `${REPO}tests/fixtures/print_metrics.ts`],
+    cwd: REPO,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert(out.success, new TextDecoder().decode(out.stderr));
+  const text = new TextDecoder().decode(out.stdout);
+  const names = [
+    ...new Set(
+      text.split("\n").filter((l) => l.startsWith("# TYPE ")).map((l) => l.split(" ")[2]),
+    ),
+  ].sort();
+  assertEquals(names, EXPORTED_NAMES);
+  // In this process: after 60 ms, a few 10 ms samples, each about 10 ms (Node's definition).
+  const m = new Metrics();
+  await new Promise((r) => setTimeout(r, 60));
+  const p50 = samples(await m.text()).get("nodejs_eventloop_lag_p50_seconds") ?? 0;
+  assert(p50 >= 0.005 && p50 < 1, `p50 ${p50}`);
+});
+
+Deno.test("event-loop histogram: exact min/max/mean/stddev, nearest-rank percentiles, bounded samples", () => {
+  const h = new BoundedDelayHistogram(10, () => 0.999999);
+  assertEquals([h.min, h.max, h.percentile(50), h.count], [9223372036854775807, 0, 0, 0]);
+  assert(Number.isNaN(h.mean) && Number.isNaN(h.stddev));
+  for (const v of [4, 1, 3, 2]) h.record(v * 1e6);
+  assertEquals([h.min, h.max, h.mean, h.count], [1e6, 4e6, 2.5e6, 4]);
+  assertEquals(Math.round(h.stddev), Math.round(Math.sqrt(1.25) * 1e6));
+  assertEquals([h.percentile(25), h.percentile(50), h.percentile(90), h.percentile(100)], [
+    1e6,
+    2e6,
+    4e6,
+    4e6,
+  ]);
+  h.reset();
+  assertEquals([h.min, h.max, h.count], [9223372036854775807, 0, 0]);
+  // Far more samples than kept: min/max/mean stay exact, percentiles come from the reservoir.
+  for (let i = 1; i <= 10 * EVENT_LOOP_SAMPLE_CAPACITY; i++) h.record(i);
+  assertEquals([h.min, h.max, h.count], [
+    1,
+    10 * EVENT_LOOP_SAMPLE_CAPACITY,
+    10 * EVENT_LOOP_SAMPLE_CAPACITY,
+  ]);
+  assertEquals(h.mean, (10 * EVENT_LOOP_SAMPLE_CAPACITY + 1) / 2);
+  assert(h.percentile(100) <= 10 * EVENT_LOOP_SAMPLE_CAPACITY);
+});
+
+Deno.test("event-loop histogram: the timer samples about every resolution ms and never holds the process", async () => {
+  const h = new BoundedDelayHistogram(5);
+  assertEquals(h.enable(), true);
+  assertEquals(h.enable(), false);
+  await new Promise((r) => setTimeout(r, 60));
+  assertEquals(h.disable(), true);
+  assertEquals(h.disable(), false);
+  assert(h.count >= 3, `count ${h.count}`);
+  assert(h.min >= 4e6, `min ${h.min}`);
 });
