@@ -29,7 +29,8 @@ const ALWAYS_POSITIVE = [
   "nodejs_heap_size_used_bytes",
 ];
 
-Deno.test("metrics under deno task start's permissions: no /proc metric exported as 0", async () => {
+/** The `/metrics` text of a fresh Metrics in a process with exactly `deno task start`'s flags. */
+async function metricsUnderStartFlags(): Promise<string> {
   const flags = await startFlags();
   assert(!flags.includes("--allow-all") && !flags.includes("-A"), flags.join(" "));
   const out = await new Deno.Command(Deno.execPath(), {
@@ -39,9 +40,12 @@ Deno.test("metrics under deno task start's permissions: no /proc metric exported
     stdout: "piped",
     stderr: "piped",
   }).output();
-  const stderr = new TextDecoder().decode(out.stderr);
-  assert(out.success, stderr);
-  const got = samples(new TextDecoder().decode(out.stdout));
+  assert(out.success, new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout);
+}
+
+Deno.test("metrics under deno task start's permissions: no /proc metric exported as 0", async () => {
+  const got = samples(await metricsUnderStartFlags());
   for (const name of ALWAYS_POSITIVE) assert((got.get(name) ?? 0) > 0, `${name}: ${got.get(name)}`);
   // Deno opens /proc only with --allow-all: these cannot be read, so they are not exported.
   for (const name of PROC_SELF_METRICS) assertEquals(got.get(name), undefined, name);
@@ -109,16 +113,7 @@ const EXPORTED_NAMES = [
 ];
 
 Deno.test("metrics: exactly the metric names exported before, event-loop lag from the bounded monitor", async () => {
-  const flags = await startFlags();
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", ...flags, `${REPO}tests/fixtures/print_metrics.ts`],
-    cwd: REPO,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert(out.success, new TextDecoder().decode(out.stderr));
-  const text = new TextDecoder().decode(out.stdout);
+  const text = await metricsUnderStartFlags();
   const names = [
     ...new Set(
       text.split("\n").filter((l) => l.startsWith("# TYPE ")).map((l) => l.split(" ")[2]),
