@@ -226,11 +226,11 @@ export class Metrics {
     });
     // prom-client's nodejs_eventloop_lag_* metrics read a perf_hooks.monitorEventLoopDelay()
     // histogram; Deno's keeps 12–20 MiB of counters (see eventloop.ts). Hand prom-client the
-    // bounded one instead, for this call only: the metric names and help texts stay prom-client's.
+    // bounded one instead (sampling every 100 ms, whatever resolution it asks for), for this call
+    // only: the metric names and help texts stay prom-client's.
     const original = perfHooks.monitorEventLoopDelay;
-    (perfHooks as { monitorEventLoopDelay: unknown }).monitorEventLoopDelay = (
-      o?: { resolution?: number },
-    ) => new BoundedDelayHistogram(o?.resolution);
+    (perfHooks as { monitorEventLoopDelay: unknown }).monitorEventLoopDelay = () =>
+      new BoundedDelayHistogram();
     try {
       client.collectDefaultMetrics({ register: this.registry });
     } finally {
