@@ -17,7 +17,11 @@
 import { join } from "node:path";
 import { REPO, startPermissionFlags } from "../../tests/e2e/harness.ts";
 import type { MemoryReport } from "../../lib/runtime/memory_debug.ts";
-import type { ImportProbeResult, StoreProbeResult } from "../memory_probe.ts";
+import {
+  type ImportProbeResult,
+  STORE_VARIANTS,
+  type StoreProbeResult,
+} from "../memory_probe.ts";
 
 /** RSS of a process split by kind of page, in bytes (`/proc/<pid>/status`). */
 export interface RssSplit {
@@ -193,23 +197,43 @@ export async function importCosts(runs: number): Promise<ImportCost[]> {
   return out;
 }
 
-/** Heap bytes per cached object of the objects in `file`, for each way of caching. */
+/** Processes per store probe variant (the table shows the median). */
+export const STORE_PROBE_RUNS = 3;
+
+/**
+ * Heap bytes per cached object of the objects in `file`, for each way of caching (the cache
+ * transform only with `transform`): each variant in {@link STORE_PROBE_RUNS} processes of its
+ * own, the median.
+ */
 export async function storeCosts(file: string, transform: "" | "pod"): Promise<StoreProbeResult[]> {
-  const r = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-read",
-      "--v8-flags=--expose-gc",
-      join(REPO, "bench", "memory_probe.ts"),
-      "store",
-      file,
-      transform,
-    ],
-    cwd: REPO,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!r.success) throw new Error(`store probe: ${new TextDecoder().decode(r.stderr)}`);
-  return JSON.parse(new TextDecoder().decode(r.stdout).trim().split("\n").pop()!);
+  const out: StoreProbeResult[] = [];
+  for (let v = 0; v < STORE_VARIANTS.length; v++) {
+    if (v === 2 && !transform) continue;
+    const runs: StoreProbeResult[] = [];
+    for (let i = 0; i < STORE_PROBE_RUNS; i++) {
+      const r = await new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "--allow-read",
+          "--v8-flags=--expose-gc",
+          join(REPO, "bench", "memory_probe.ts"),
+          "store",
+          file,
+          String(v),
+          transform,
+        ],
+        cwd: REPO,
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      if (!r.success) throw new Error(`store probe: ${new TextDecoder().decode(r.stderr)}`);
+      runs.push(JSON.parse(new TextDecoder().decode(r.stdout).trim().split("\n").pop()!));
+    }
+    out.push({
+      ...runs[0],
+      heapBytesPerObject: median(runs.map((x) => x.heapBytesPerObject)),
+    });
+  }
+  return out;
 }
