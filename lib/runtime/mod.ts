@@ -77,6 +77,8 @@ export {
   controllerUidIndex,
   type IndexFunc,
   objectKey,
+  type ReplaceCounts,
+  type Replacement,
   splitKey,
   Store,
   type StoreHandler,
