@@ -17,11 +17,7 @@
 import { join } from "node:path";
 import { REPO, startPermissionFlags } from "../../tests/e2e/harness.ts";
 import type { MemoryReport } from "../../lib/runtime/memory_debug.ts";
-import {
-  type ImportProbeResult,
-  STORE_VARIANTS,
-  type StoreProbeResult,
-} from "../memory_probe.ts";
+import { type ImportProbeResult, STORE_VARIANTS, type StoreProbeResult } from "../memory_probe.ts";
 
 /** RSS of a process split by kind of page, in bytes (`/proc/<pid>/status`). */
 export interface RssSplit {
@@ -99,6 +95,7 @@ export const IMPORT_PROBES: [label: string, specifier: string][] = [
   ["nothing (bare `deno run`)", ""],
   ["`prom-client` (npm, CommonJS)", "prom-client"],
   ["`yaml` (npm, CommonJS)", "yaml"],
+  ["`js-yaml` (npm, ESM)", "js-yaml"],
   ["`@logtape/logtape` (npm, ESM)", "@logtape/logtape"],
   ["`@sinclair/typebox` (npm, ESM)", "@sinclair/typebox"],
   ["the operator's modules (main.ts, not run)", "../main.ts"],

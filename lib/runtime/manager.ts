@@ -100,6 +100,11 @@ export interface ManagerOptions {
   useWatchList?: boolean;
 }
 
+/** How often (ms) the manager looks whether the first pass is over, for its one GC. */
+export const FIRST_PASS_POLL_MS = 250;
+/** Longest wait (ms) after the sync for the first pass to end before that GC runs anyway. */
+export const FIRST_PASS_MAX_WAIT_MS = 120_000;
+
 /** Default of {@link ManagerOptions.gracefulShutdownTimeoutMs}; controller-runtime's 30 s. */
 export const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS = 30_000;
 
@@ -395,6 +400,38 @@ export class Manager {
   }
 
   /**
+   * One full garbage collection once the initial lists are in and every controller's first pass
+   * is over (its queue empty and no reconcile running, checked every
+   * {@link FIRST_PASS_POLL_MS}; a standby's queues never drain, so at most
+   * {@link FIRST_PASS_MAX_WAIT_MS} after the sync). The lists' pages and the first pass leave
+   * garbage that V8 would otherwise keep, committed, until its next major GC, which an idle
+   * operator may not need for a long time (measured: BENCHMARKS.md, memory section). Only where
+   * V8 exposes `gc` (`--v8-flags=--expose-gc`, in `deno task start`'s flags); a no-op otherwise.
+   */
+  #collectAfterFirstPass(allInformers: Informer<KubeObject>[], signal: AbortSignal): void {
+    const gc = (globalThis as { gc?: () => void }).gc;
+    if (typeof gc !== "function") return;
+    const run = async () => {
+      await Promise.all(allInformers.map((i) => i.reflector.waitForSync()));
+      const deadline = Date.now() + FIRST_PASS_MAX_WAIT_MS;
+      for (let i = 0; i < 100_000 && !signal.aborted && Date.now() < deadline; i++) {
+        await new Promise((r) => setTimeout(r, FIRST_PASS_POLL_MS));
+        const busy = this.#controllers.some(({ controller }) =>
+          controller.queue.depth > 0 || controller.activeWorkers > 0
+        );
+        if (!busy) break;
+      }
+      if (signal.aborted) return;
+      const t0 = performance.now();
+      gc();
+      this.#log.debug("Collected garbage after the first pass", {
+        ms: Math.round(performance.now() - t0),
+      });
+    };
+    run().catch(() => {});
+  }
+
+  /**
    * Runs until `signal` aborts (resolves 0 after a clean shutdown) or the Lease is lost
    * (resolves 1). Throws only for start-up errors (e.g. a bind address in use).
    */
@@ -413,6 +450,7 @@ export class Manager {
       );
     }
     const controllers = this.#controllers;
+    this.#collectAfterFirstPass(allInformers, informers.signal);
 
     let elector: LeaderElector | undefined;
     let fenced = false;
