@@ -1041,7 +1041,14 @@ export function markdown(r: BenchResults): string {
       Object.entries(r.versions).map(([k, v]) => `${k} ${v}`).join(", ")
     }. Both operators: --max-concurrent-reconciles=${r.options.maxConcurrentReconciles}, no ` +
     "client-side rate limit, managedFields dropped from the cache, informers on all namespaces, " +
-    "info-level JSON logs. Each run: a fresh namespace, the operator started alone, cleanup after.",
+    "info-level JSON logs. Each run: a fresh namespace, the operator started alone, cleanup after. " +
+    "Ours runs as `deno task start` runs it (its permission and V8 flags, from deno.json" +
+    (r.options.oursDenoFlags?.length
+      ? `, plus \`${r.options.oursDenoFlags.join(" ")}\` for this run`
+      : "") +
+    ") and caches owned Pods without their spec (a cache transform: the reconciler never reads " +
+    "it); the peer caches whole objects but managedFields (controller-runtime's " +
+    "TransformStripManagedFields).",
     "",
     table(["Scenario", "ours", "peer", "ours/peer"], rows),
     "",
