@@ -17,6 +17,8 @@ import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
 import { REVIEW_TIMEOUT_MS } from "./lib/runtime/delegated_auth.ts";
 import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
+import { MEMORY_DEBUG_ADDRESS_ENV, serveMemoryDebug } from "./lib/runtime/memory_debug.ts";
+import { parseBindAddress } from "./lib/runtime/health.ts";
 
 /** Prints one line on stderr and exits 1. */
 function fail(message: string): never {
@@ -209,6 +211,18 @@ async function main(): Promise<number> {
     useWatchList: v["watch-list"],
   });
   addAppServiceController(manager);
+  // Debug only (deno task bench): a memory report on its own address; unset in production.
+  let debugAddr;
+  try {
+    debugAddr = parseBindAddress(Deno.env.get(MEMORY_DEBUG_ADDRESS_ENV) ?? "");
+  } catch (err) {
+    fail(`${MEMORY_DEBUG_ADDRESS_ENV}: ${errorText(err)}`);
+  }
+  const debugStop = new AbortController();
+  if (debugAddr) {
+    const port = serveMemoryDebug(debugAddr.hostname, debugAddr.port, debugStop.signal);
+    logger.info("Serving the debug memory report", { path: "/debug/memory", port });
+  }
   try {
     return await manager.run(stop.signal);
   } catch (err) {
@@ -218,6 +232,7 @@ async function main(): Promise<number> {
     }
     return fail(errorText(err));
   } finally {
+    debugStop.abort();
     client.close();
     leaderClient.close();
     authClient?.close();

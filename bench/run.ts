@@ -64,6 +64,16 @@ import {
   warmOurs,
 } from "./lib/operators.ts";
 import { renderChart, type Rgb } from "./lib/plot.ts";
+import {
+  fetchMemoryReport,
+  goMemstats,
+  type ImportCost,
+  importCosts,
+  type MemorySample,
+  rssSplit,
+  storeCosts,
+} from "./lib/memory.ts";
+import type { StoreProbeResult } from "./memory_probe.ts";
 import { intFlag, listFlag } from "./lib/flags.ts";
 import { fmt, loadAverage, machineLine, ratio, table, writeSection } from "./lib/report.ts";
 
@@ -71,6 +81,10 @@ import { fmt, loadAverage, machineLine, ratio, table, writeSection } from "./lib
 const BENCH_AGENT = "appservice-bench/";
 /** User-Agent of the ceiling client. */
 const CEILING_AGENT = "appservice-ceiling/";
+/** The converge plot of the largest size, committed and shown in BENCHMARKS.md and README.md. */
+const DOCS_PLOT = "docs/converge.png";
+/** Processes per import probe of the memory scenario (the table shows the median). */
+const IMPORT_PROBE_RUNS = 5;
 /** Pods per kwok Node the benchmark plans with (allocatable is 110). */
 const PODS_PER_NODE = 100;
 const COLORS: Record<OperatorKind, Rgb> = { ours: [31, 119, 180], peer: [230, 110, 0] };
@@ -93,6 +107,8 @@ export interface BenchOptions {
   convergeTimeoutSeconds: number;
   failoverRuns: number;
   clusterDir: string;
+  /** Extra `deno run` flags for ours (experiments, e.g. V8 flags), after deno task start's. */
+  oursDenoFlags: string[];
   reuseCluster: boolean;
   keepCluster: boolean;
   resultsDir: string;
@@ -104,8 +120,10 @@ export interface BenchOptions {
 const USAGE = `usage: deno task bench [flags]
   --sizes 100,1000               AppServices per converge run (one replica each)
   --operators ours,peer          which implementations to run
-  --scenarios converge,failover,ceiling
-                                 converge includes steady state, memory and start-up
+  --scenarios converge,failover,ceiling,memory
+                                 converge includes steady state, memory and start-up;
+                                 memory adds the breakdowns of ours (dependencies imported,
+                                 heap bytes per cached object)
   --repeats 2                    converge runs per operator and size, alternating order; the
                                  first also measures steady state, memory and start-up; the
                                  table shows medians
@@ -117,6 +135,8 @@ const USAGE = `usage: deno task bench [flags]
                                  runs each level and takes the best as the ceiling
   --converge-timeout-seconds 900 a run that does not converge within this fails (exit 1)
   --failover-runs 2              repetitions of each failover case (the table shows the mean)
+  --ours-deno-flags "FLAGS"      extra deno run flags for ours, after deno task start's
+                                 (experiments, e.g. "--v8-flags=--max-semi-space-size=2")
   --cluster-dir DIR              default <cache>/bench-cluster
   --reuse-cluster                use the cluster already running in --cluster-dir
   --keep-cluster                 leave the cluster running at the end
@@ -131,7 +151,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
     options: {
       sizes: { type: "string", default: "100,1000" },
       operators: { type: "string", default: "ours,peer" },
-      scenarios: { type: "string", default: "converge,failover,ceiling" },
+      scenarios: { type: "string", default: "converge,failover,ceiling,memory" },
       repeats: { type: "string", default: "2" },
       "steady-seconds": { type: "string", default: "120" },
       "settle-seconds": { type: "string", default: "5" },
@@ -141,6 +161,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
       "converge-timeout-seconds": { type: "string", default: "900" },
       "failover-runs": { type: "string", default: "2" },
       "cluster-dir": { type: "string", default: join(cacheDir(), "bench-cluster") },
+      "ours-deno-flags": { type: "string", default: "" },
       "reuse-cluster": { type: "boolean", default: false },
       "keep-cluster": { type: "boolean", default: false },
       results: { type: "string", default: join(REPO, "bench", "results") },
@@ -157,7 +178,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
   const sizes = values.sizes.split(",").filter(Boolean).map((s) => intFlag("sizes", s, 1, 20_000));
   const operators = listFlag<OperatorKind>("operators", values.operators, ["ours", "peer"]);
   const scenarios = new Set(
-    listFlag("scenarios", values.scenarios, ["converge", "failover", "ceiling"]),
+    listFlag("scenarios", values.scenarios, ["converge", "failover", "ceiling", "memory"]),
   );
   return {
     sizes,
@@ -184,6 +205,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
     ),
     failoverRuns: intFlag("failover-runs", values["failover-runs"], 0, 20),
     clusterDir: values["cluster-dir"],
+    oursDenoFlags: values["ours-deno-flags"].split(/\s+/).filter(Boolean),
     reuseCluster: values["reuse-cluster"],
     keepCluster: values["keep-cluster"],
     resultsDir: values.results,
@@ -224,6 +246,8 @@ export interface ConvergeResult {
     writesPerMinute: number;
   };
   rssIdleBytes?: number;
+  /** Where the memory is, at idle after converging (see bench/lib/memory.ts). */
+  memoryIdle?: MemorySample;
   restart?: {
     /** ms from spawn to /readyz with N AppServices and their Pods existing. */
     startupMs: number;
@@ -231,6 +255,10 @@ export interface ConvergeResult {
     writes: number;
     rssBytes?: number;
     cpuSeconds?: number;
+    /** RSS the moment /readyz first answered OK (the initial lists just applied). */
+    rssAtReadyBytes?: number;
+    /** Where the memory is after the first pass (see bench/lib/memory.ts). */
+    memory?: MemorySample;
   };
 }
 
@@ -268,11 +296,45 @@ export interface BenchResults {
   failover: FailoverResult[];
   plots: string[];
   notes: string[];
+  /** Scenario memory: what each dependency costs ours when imported. */
+  importCosts?: ImportCost[];
+  /** Scenario memory: heap bytes per cached object, by kind and way of caching. */
+  storeCosts?: { kind: string; results: StoreProbeResult[] }[];
 }
 
 function log(msg: string, fields: Record<string, unknown> = {}): void {
   const extra = Object.entries(fields).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(" ");
   console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg} ${extra}`.trimEnd());
+}
+
+/**
+ * Where `op`'s memory is now: the RSS split, then (ours) the debug report before and after a
+ * forced full GC, or (peer) the Go runtime's memstats. Read after the RSS figure of the table.
+ */
+async function memorySample(op: OperatorProcess): Promise<MemorySample> {
+  const s: MemorySample = { split: rssSplit(op.pid) };
+  if (op.debugPort) {
+    s.report = await fetchMemoryReport(op.debugPort, false);
+    s.reportAfterGc = await fetchMemoryReport(op.debugPort, true);
+    s.rssAfterGcBytes = rssSplit(op.pid)?.rssBytes;
+  } else {
+    s.go = goMemstats(await op.metrics().catch(() => ""));
+  }
+  return s;
+}
+
+/** Objects kept from the largest converge of ours for the per-object probe (bounded). */
+const PROBE_OBJECTS = 2_000;
+
+/** Writes up to {@link PROBE_OBJECTS} AppServices and Pods of `ns`, as listed, for the probe. */
+async function saveProbeObjects(admin: KubeClient, ns: string, dir: string): Promise<void> {
+  for (const [kind, rt] of [["appservices", AS_RESOURCE], ["pods", PODS]] as const) {
+    const items: unknown[] = [];
+    await admin.listPages(rt, { namespace: ns, limit: 500 }, (page) => {
+      for (const it of page.items ?? []) if (items.length < PROBE_OBJECTS) items.push(it);
+    });
+    await Deno.writeTextFile(join(dir, `objects-${kind}.json`), JSON.stringify(items));
+  }
 }
 
 function settingsFor(o: BenchOptions, info: ClusterInfo): OperatorSettings {
@@ -309,6 +371,7 @@ async function convergeRun(
       cacheDir: cacheDir(),
       logDir,
       label: `converge-${n}-${repeat}`,
+      denoFlags: o.oursDenoFlags,
     });
     res.startupEmptyMs = Math.round(await op.waitReady(120_000));
     await sleep(1_000);
@@ -364,6 +427,12 @@ async function convergeRun(
     } else {
       res.rssIdleBytes = op.sample()?.rssBytes;
     }
+    res.memoryIdle = await memorySample(op);
+    if (o.scenarios.has("memory") && kind === "ours" && n === Math.max(...o.sizes)) {
+      await saveProbeObjects(admin, ns, o.resultsDir).catch((err) =>
+        log("saving objects for the memory probe failed", { error: String(err) })
+      );
+    }
 
     // Start-up with N existing: a fresh process.
     await op.stop("SIGTERM");
@@ -374,8 +443,10 @@ async function convergeRun(
       cacheDir: cacheDir(),
       logDir,
       label: `restart-${n}`,
+      denoFlags: o.oursDenoFlags,
     });
     const startupMs = await op.waitReady(120_000);
+    const rssAtReadyBytes = op.sample()?.rssBytes;
     // Let the first pass over every AppService finish, then count what it wrote.
     await sleep(Math.max(10, o.settleSeconds * 2) * 1000);
     const sample = op.sample();
@@ -387,6 +458,8 @@ async function convergeRun(
       writes: countWrites(rr),
       rssBytes: sample?.rssBytes,
       cpuSeconds: sample?.cpuSeconds,
+      rssAtReadyBytes,
+      memory: await memorySample(op),
     };
     res.ok = true;
     log("startup: ready", { operator: kind, n, ms: res.restart.startupMs });
@@ -597,6 +670,20 @@ function plotConverge(results: ConvergeResult[], n: number, dir: string): string
   return file;
 }
 
+/** Renders the converge plot of the largest size into {@link DOCS_PLOT}. */
+async function writeDocsPlot(r: BenchResults): Promise<void> {
+  const n = Math.max(...r.options.sizes);
+  const dir = await Deno.makeTempDir({ prefix: "bench-plot-" });
+  try {
+    const file = plotConverge(r.converge, n, dir);
+    if (!file) return;
+    await Deno.mkdir(join(REPO, "docs"), { recursive: true });
+    await Deno.copyFile(file, join(REPO, DOCS_PLOT));
+  } finally {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
@@ -604,6 +691,193 @@ function median(xs: number[]): number {
 
 function mib(b: number | undefined): number | undefined {
   return b === undefined ? undefined : b / (1024 * 1024);
+}
+
+/** The memory tables of BENCHMARKS.md (see bench/lib/memory.ts for how each figure is taken). */
+export function memoryMarkdown(r: BenchResults): string {
+  const full = (kind: OperatorKind, n: number) =>
+    r.converge.find((c) => c.operator === kind && c.n === n && c.repeat === 0);
+  const cols: { label: string; ours?: MemorySample; peer?: MemorySample }[] = [];
+  for (const n of r.options.sizes) {
+    cols.push({
+      label: `N=${n} converged`,
+      ours: full("ours", n)?.memoryIdle,
+      peer: full("peer", n)?.memoryIdle,
+    });
+    cols.push({
+      label: `N=${n} restarted`,
+      ours: full("ours", n)?.restart?.memory,
+      peer: full("peer", n)?.restart?.memory,
+    });
+  }
+  const m = (b: number | undefined) => fmt(mib(b), 1);
+  const space = (s: MemorySample | undefined, name: string) => {
+    const sp = s?.report?.spaces.find((x) => x.name === name);
+    return sp ? `${m(sp.committedBytes)} / ${m(sp.usedBytes)}` : "–";
+  };
+  const heapPhysical = (s: MemorySample | undefined) => s?.report?.heap.total_physical_size;
+  const oursRows: (string | number)[][] = [
+    ["RSS", ...cols.map((c) => m(c.ours?.split?.rssBytes))],
+    [
+      "· file-backed (the deno executable's code paged in)",
+      ...cols.map((c) => m(c.ours?.split?.fileBytes)),
+    ],
+    ["· anonymous", ...cols.map((c) => m(c.ours?.split?.anonBytes))],
+    ["V8 heap committed, all spaces", ...cols.map((c) => m(c.ours?.report?.heap.total_heap_size))],
+    [
+      "· new space (young generation): committed / used",
+      ...cols.map((c) => space(c.ours, "new_space")),
+    ],
+    ["· old space: committed / used", ...cols.map((c) => space(c.ours, "old_space"))],
+    [
+      "· large object space: committed / used",
+      ...cols.map((c) => space(c.ours, "large_object_space")),
+    ],
+    ["· code space: committed / used", ...cols.map((c) => space(c.ours, "code_space"))],
+    [
+      "· trusted space (bytecode and metadata): committed / used",
+      ...cols.map((c) => space(c.ours, "trusted_space")),
+    ],
+    [
+      "V8 external memory (array buffers, external strings)",
+      ...cols.map((c) => m(c.ours?.report?.heap.external_memory)),
+    ],
+    [
+      "V8 malloced memory (outside the heap)",
+      ...cols.map((c) => m(c.ours?.report?.heap.malloced_memory)),
+    ],
+    [
+      "Anonymous RSS outside the V8 heap (Rust runtime, TLS, allocator, stacks)",
+      ...cols.map((c) => {
+        const anon = c.ours?.split?.anonBytes, heap = heapPhysical(c.ours);
+        return anon !== undefined && heap !== undefined ? m(anon - heap) : "–";
+      }),
+    ],
+    [
+      "Module code: machine code + metadata / bytecode + metadata / script source",
+      ...cols.map((c) => {
+        const code = c.ours?.report?.code;
+        return code
+          ? `${m(code.code_and_metadata_size)} / ${m(code.bytecode_and_metadata_size)} / ${
+            m(code.external_script_source_size)
+          }`
+          : "–";
+      }),
+    ],
+    [
+      "Heap used after a forced full GC (live objects)",
+      ...cols.map((c) => m(c.ours?.reportAfterGc?.heap.used_heap_size)),
+    ],
+    [
+      "Heap committed after the forced full GC",
+      ...cols.map((c) => m(c.ours?.reportAfterGc?.heap.total_heap_size)),
+    ],
+    ["RSS right after the forced full GC", ...cols.map((c) => m(c.ours?.rssAfterGcBytes))],
+  ];
+  const go = (s: MemorySample | undefined, k: string) => m(s?.go?.[k]);
+  const peerRows: (string | number)[][] = [
+    ["RSS", ...cols.map((c) => m(c.peer?.split?.rssBytes))],
+    [
+      "· file-backed (the executable's code paged in)",
+      ...cols.map((c) => m(c.peer?.split?.fileBytes)),
+    ],
+    ["· anonymous", ...cols.map((c) => m(c.peer?.split?.anonBytes))],
+    [
+      "Go heap in use (go_memstats_heap_inuse_bytes)",
+      ...cols.map((c) => go(c.peer, "go_memstats_heap_inuse_bytes")),
+    ],
+    [
+      "Go heap objects allocated (go_memstats_heap_alloc_bytes)",
+      ...cols.map((c) => go(c.peer, "go_memstats_heap_alloc_bytes")),
+    ],
+    [
+      "Go heap idle, not returned to the OS (idle − released)",
+      ...cols.map((c) => {
+        const idle = c.peer?.go?.go_memstats_heap_idle_bytes;
+        const rel = c.peer?.go?.go_memstats_heap_released_bytes;
+        return idle !== undefined && rel !== undefined ? m(idle - rel) : "–";
+      }),
+    ],
+    ["Go stacks in use", ...cols.map((c) => go(c.peer, "go_memstats_stack_inuse_bytes"))],
+    [
+      "Go runtime total obtained from the OS (go_memstats_sys_bytes)",
+      ...cols.map((c) => go(c.peer, "go_memstats_sys_bytes")),
+    ],
+  ];
+  const head = ["MiB", ...cols.map((c) => c.label)];
+  const parts: string[] = [
+    "### Where the memory goes",
+    "",
+    "Ours, from its debug memory report (lib/runtime/memory_debug.ts: `Deno.memoryUsage()`, " +
+    "`node:v8` heap, space and code statistics; served only because the benchmark sets " +
+    "`APPSERVICE_DEBUG_MEMORY_ADDRESS`, and read after the RSS of the table above) and " +
+    '`/proc/<pid>/status` (RssAnon; RssFile + RssShmem). "converged": at idle after the steady ' +
+    'window; "restarted": a fresh process with the N AppServices and their Pods existing, after ' +
+    "its first pass. The forced GC rows come last, after every other figure was read.",
+    "",
+    table(head, oursRows),
+    "",
+    "Peer, from `/proc/<pid>/status` and the Go runtime's own `/metrics`:",
+    "",
+    table(head, peerRows),
+  ];
+  const atReady = r.options.sizes.map((n) => {
+    const a = full("ours", n)?.restart, b = full("peer", n)?.restart;
+    return `N=${n}: ours ${fmt(mib(a?.rssAtReadyBytes), 1)} → ${fmt(mib(a?.rssBytes), 1)}, peer ${
+      fmt(mib(b?.rssAtReadyBytes), 1)
+    } → ${fmt(mib(b?.rssBytes), 1)}`;
+  });
+  parts.push(
+    "",
+    `RSS MiB of the restarted process the moment /readyz first answered (initial lists just ` +
+      `applied) → after its first pass: ${atReady.join("; ")}.`,
+  );
+  if (r.importCosts?.length) {
+    const bare = r.importCosts.find((c) => c.specifier === "")?.rssBytes ?? 0;
+    parts.push(
+      "",
+      `What each dependency costs when imported (\`deno run\` with \`deno task start\`'s flags, ` +
+        `bench/memory_probe.ts; median of ${IMPORT_PROBE_RUNS} processes each; \"loaded\": ` +
+        "reached from main.ts by code imports, i.e. loaded at run time, as `deno info` shows " +
+        "the module graph):",
+      "",
+      table(
+        [
+          "imported",
+          "RSS MiB",
+          "over bare",
+          "heap used MiB",
+          "import ms",
+          "loaded by the operator",
+        ],
+        r.importCosts.map((c) => [
+          c.label,
+          fmt(mib(c.rssBytes), 1),
+          c.specifier === "" ? "–" : fmt(mib(c.rssBytes - bare), 1),
+          fmt(mib(c.heapUsedBytes), 1),
+          fmt(c.importMs, 0),
+          c.inOperator ? "yes" : "no",
+        ]),
+      ),
+    );
+  }
+  if (r.storeCosts?.length) {
+    const rows = r.storeCosts.flatMap((k) =>
+      k.results.map((
+        x,
+      ) => [k.kind, x.objects, x.variant, x.jsonBytesPerObject, x.heapBytesPerObject])
+    );
+    parts.push(
+      "",
+      "The store per object: AppServices and Pods of the largest converge as the apiserver " +
+        "lists them, cached in a lib/runtime/store.ts Store in a process of their own " +
+        "(`--v8-flags=--expose-gc`; heap used after a full GC with the objects cached, minus " +
+        "the same before, per object):",
+      "",
+      table(["objects", "count", "cached", "JSON bytes per object", "heap bytes per object"], rows),
+    );
+  }
+  return parts.join("\n");
 }
 
 /** The BENCHMARKS.md section of this benchmark. */
@@ -767,7 +1041,14 @@ export function markdown(r: BenchResults): string {
       Object.entries(r.versions).map(([k, v]) => `${k} ${v}`).join(", ")
     }. Both operators: --max-concurrent-reconciles=${r.options.maxConcurrentReconciles}, no ` +
     "client-side rate limit, managedFields dropped from the cache, informers on all namespaces, " +
-    "info-level JSON logs. Each run: a fresh namespace, the operator started alone, cleanup after.",
+    "info-level JSON logs. Each run: a fresh namespace, the operator started alone, cleanup after. " +
+    "Ours runs as `deno task start` runs it (its permission and V8 flags, from deno.json" +
+    (r.options.oursDenoFlags?.length
+      ? `, plus \`${r.options.oursDenoFlags.join(" ")}\` for this run`
+      : "") +
+    ") and caches owned Pods without their spec (a cache transform: the reconciler never reads " +
+    "it); the peer caches whole objects but managedFields (controller-runtime's " +
+    "TransformStripManagedFields).",
     "",
     table(["Scenario", "ours", "peer", "ours/peer"], rows),
     "",
@@ -798,8 +1079,12 @@ export function markdown(r: BenchResults): string {
     failoverLine,
     "",
     r.plots.length > 0
-      ? `Plots (Ready count over time): ${r.plots.map((p) => `\`${p}\``).join(", ")}.`
+      ? `Plots (Ready count over time): ${r.plots.map((p) => `\`${p}\``).join(", ")}; the ` +
+        `largest, N = ${nMax}, is committed as \`${DOCS_PLOT}\`:\n\n` +
+        `![Ready AppServices over time, N = ${nMax}, ours and the peer](${DOCS_PLOT})`
       : "",
+    "",
+    memoryMarkdown(r),
     "",
     ...r.notes.map((n) => `- ${n}`),
     failed.length > 0 ? `\nFAILED: ${failed.join("; ")}` : "",
@@ -824,7 +1109,10 @@ async function main(): Promise<number> {
     }
     const text = markdown(saved);
     console.log(text);
-    if (o.markdown) await writeSection("bench:run", text);
+    if (o.markdown) {
+      await writeDocsPlot(saved);
+      await writeSection("bench:run", text);
+    }
     return saved.converge.some((c) => !c.ok) ? 1 : 0;
   }
   const startedAt = new Date().toISOString();
@@ -910,6 +1198,23 @@ async function main(): Promise<number> {
       await stopCluster(o.clusterDir).catch((err) => log("stop failed", { error: String(err) }));
     }
   }
+  if (o.scenarios.has("memory") && o.operators.includes("ours")) {
+    log("memory: import probes and per-object probes");
+    results.importCosts = await importCosts(IMPORT_PROBE_RUNS).catch((err) => {
+      log("memory: import probes failed", { error: String(err) });
+      return undefined;
+    });
+    results.storeCosts = [];
+    for (const [kind, transform] of [["appservices", ""], ["pods", "pod"]] as const) {
+      const file = join(o.resultsDir, `objects-${kind}.json`);
+      try {
+        await Deno.stat(file);
+        results.storeCosts.push({ kind, results: await storeCosts(file, transform) });
+      } catch (err) {
+        log("memory: store probe skipped", { kind, error: String(err) });
+      }
+    }
+  }
   const loads = results.converge.map((c) => c.loadAverageAtStart[0]).filter(Number.isFinite);
   results.notes.push(
     `1-minute load average at the start of the converge runs: ${
@@ -931,7 +1236,10 @@ async function main(): Promise<number> {
   await Deno.writeTextFile(join(o.resultsDir, "latest.json"), JSON.stringify(results, null, 2));
   const md = markdown(results);
   console.log(md);
-  if (o.markdown) await writeSection("bench:run", md);
+  if (o.markdown) {
+    await writeDocsPlot(results);
+    await writeSection("bench:run", md);
+  }
   return failed ? 1 : 0;
 }
 

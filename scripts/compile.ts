@@ -1,7 +1,7 @@
 /**
  * `deno task compile`: builds the standalone binary `dist/appservice-operator` with `deno compile`
- * and exactly the permission flags of `deno task start` (read from deno.json, so the binary, the
- * tests and `deno task start` can never drift apart).
+ * and exactly the permission and V8 flags of `deno task start` (read from deno.json, so the
+ * binary, the tests and `deno task start` can never drift apart).
  *
  * `deno compile` needs Deno's base runtime (denort) of the same version. It honours `DENORT_BIN`;
  * without it, deno downloads denort from Deno's own download host. Where neither works, this stops
@@ -16,13 +16,15 @@ import { parseArgs } from "node:util";
 const REPO = new URL("../", import.meta.url).pathname.replace(/\/$/, "");
 
 /**
- * The permission flags (`--allow-*`, `--deny-*`) of `deno task start`: the one list that the
- * binary, the demo and the tests all run with.
+ * The flags of `deno task start`: permissions (`--allow-*`, `--deny-*`) and V8 settings
+ * (`--v8-flags=...`, the young generation's size: see BENCHMARKS.md, memory section). The one
+ * list that the binary (`deno compile` embeds V8 flags), the image, the demo, the benchmark and
+ * the tests all run with.
  */
 export async function startFlags(): Promise<string[]> {
   const deno = JSON.parse(await Deno.readTextFile(`${REPO}/deno.json`));
   return String(deno.tasks.start).split(/\s+/).filter((w) =>
-    w.startsWith("--allow-") || w.startsWith("--deny-")
+    w.startsWith("--allow-") || w.startsWith("--deny-") || w.startsWith("--v8-flags=")
   );
 }
 

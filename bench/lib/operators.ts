@@ -43,6 +43,8 @@ export interface OperatorProcess {
   spawnedAt: number;
   healthPort: number;
   metricsPort: number;
+  /** Ours: port of the debug memory report (lib/runtime/memory_debug.ts). */
+  debugPort?: number;
   logFile: string;
   /** Whether the process has exited. */
   readonly exited: boolean;
@@ -138,15 +140,18 @@ function flagsFor(s: OperatorSettings): string[] {
 }
 
 /**
- * Starts one operator process. `logDir` receives `<kind>-<label>.log` (stdout and stderr).
+ * Starts one operator process. `logDir` receives `<kind>-<label>.log` (stdout and stderr). Ours
+ * runs with `deno task start`'s flags (plus `denoFlags`, for experiments) and serves its debug
+ * memory report on 127.0.0.1 ({@link OperatorProcess.debugPort}).
  */
 export async function startOperatorProcess(
   kind: OperatorKind,
   settings: OperatorSettings,
-  opts: { cacheDir: string; logDir: string; label: string },
+  opts: { cacheDir: string; logDir: string; label: string; denoFlags?: string[] },
 ): Promise<OperatorProcess> {
   const healthPort = freePort();
   const metricsPort = freePort();
+  const debugPort = kind === "ours" ? freePort() : undefined;
   const common = [
     ...flagsFor(settings),
     `--health-probe-bind-address=127.0.0.1:${healthPort}`,
@@ -158,7 +163,14 @@ export async function startOperatorProcess(
     const perms = permsCache ??= await startPermissionFlags();
     cmd = Deno.execPath();
     // Plain /metrics, as the peer serves it (the bench reads it without a token).
-    args = ["run", ...perms, join(REPO, "main.ts"), ...common, "--metrics-secure=false"];
+    args = [
+      "run",
+      ...perms,
+      ...(opts.denoFlags ?? []),
+      join(REPO, "main.ts"),
+      ...common,
+      "--metrics-secure=false",
+    ];
   } else {
     cmd = peerBinary(opts.cacheDir);
     args = common;
@@ -169,7 +181,10 @@ export async function startOperatorProcess(
   const spawnedAt = performance.now();
   const child = new Deno.Command(cmd, {
     args,
-    env: { KUBECONFIG: "" },
+    env: {
+      KUBECONFIG: "",
+      ...(debugPort ? { APPSERVICE_DEBUG_MEMORY_ADDRESS: `127.0.0.1:${debugPort}` } : {}),
+    },
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
@@ -195,6 +210,7 @@ export async function startOperatorProcess(
     spawnedAt,
     healthPort,
     metricsPort,
+    debugPort,
     logFile,
     get exited() {
       return exited;

@@ -12,6 +12,12 @@
  * `--cascade=orphan` leaves it) enqueues the AppService named by its instance label, which adopts
  * it.
  *
+ * Cache transform ({@link cachedPod}): owned Pods are cached without their `spec`. The reconciler
+ * reads a Pod's metadata (name, ownerReferences, the spec-hash annotation that stands for the
+ * template, deletionTimestamp) and status (phase, conditions, container statuses, podIP), never
+ * its spec, which the apiserver fills with defaults (volumes, tolerations, container defaults)
+ * and which is the largest part of a cached Pod. Measured in BENCHMARKS.md (memory section).
+ *
  * @module
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
@@ -37,6 +43,17 @@ export const CONTROLLER_NAME = "appservice";
 export const REPORTING_CONTROLLER = `${GROUP}/appservice-operator`;
 
 /**
+ * The cache transform of owned Pods (controller-runtime's cache `TransformFunc`): sets `spec`
+ * to undefined, in place (not `delete`, which would turn the object into a slower dictionary
+ * one in V8), and returns the Pod. Everything the reconciler and its status read (metadata,
+ * status) stays; see the module doc. Idempotent.
+ */
+export function cachedPod(pod: Pod): Pod {
+  if (pod.spec !== undefined) pod.spec = undefined;
+  return pod;
+}
+
+/**
  * Declares the AppService controller on `manager`: informers of AppServices (all), and of Pods
  * and Services labelled `app.kubernetes.io/managed-by=appservice-operator`, in the manager's
  * watch namespace; workers, timeout and sync period are the manager's defaults.
@@ -44,7 +61,10 @@ export const REPORTING_CONTROLLER = `${GROUP}/appservice-operator`;
  */
 export function addAppServiceController(manager: Manager): Controller {
   const appServices = manager.informer<AppService>(APPSERVICES);
-  const pods = manager.informer<Pod>(PODS, { labelSelector: MANAGED_SELECTOR });
+  const pods = manager.informer<Pod>(PODS, {
+    labelSelector: MANAGED_SELECTOR,
+    transform: cachedPod,
+  });
   const services = manager.informer<Service>(SERVICES, { labelSelector: MANAGED_SELECTOR });
   // Namespaces being deleted (S21): every AppService cached there is held back at once, Events
   // included; an entry goes with the AppService's removal from the cache.

@@ -745,20 +745,26 @@ export class KubeClient {
   }
 
   /**
-   * Lists every page (`limit` items each, default 500, as client-go's pager) and returns all items
-   * with the resourceVersion of the first page (the snapshot the pages belong to).
-   * @throws ApiError 410 when a continue token expired mid-way (the caller relists).
+   * Lists page by page (`limit` items each, default 500, as client-go's pager) and hands each page
+   * to `onPage` as it arrives, fetching the next only once `onPage` has returned (or its promise
+   * resolved) and the page is let go: a caller that caches what it needs of a page and drops the
+   * rest holds one page's decoded answer at a time, never the whole list. Every page belongs to
+   * the snapshot of the first (its `metadata.resourceVersion`; later pages are read with
+   * `continue` only). At most 100,000 pages. Resolves that resourceVersion and the counts.
+   * @throws ApiError 410 when a continue token expired mid-way (the caller lists again); what
+   *   `onPage` throws.
    */
-  async listAll<T extends KubeObject>(
+  async listPages<T extends KubeObject>(
     rt: ResourceType,
-    o: ListOptions = {},
-  ): Promise<{ items: T[]; resourceVersion: string; pages: number }> {
-    const items: T[] = [];
+    o: ListOptions,
+    onPage: (page: ObjectList<T>) => void | Promise<void>,
+  ): Promise<{ resourceVersion: string; pages: number; items: number }> {
     let cont: string | undefined;
-    let rv = "";
+    let rv: string | undefined;
     let pages = 0;
+    let items = 0;
     do {
-      const page: ObjectList<T> = await this.list<T>(rt, {
+      let page: ObjectList<T> | undefined = await this.list<T>(rt, {
         ...o,
         limit: o.limit ?? 500,
         continue: cont,
@@ -766,11 +772,31 @@ export class KubeClient {
         resourceVersionMatch: cont ? undefined : o.resourceVersionMatch,
       });
       pages++;
-      if (!rv) rv = page.metadata?.resourceVersion ?? "";
-      for (const it of page.items ?? []) items.push(it);
+      rv ??= page.metadata?.resourceVersion ?? "";
+      items += page.items?.length ?? 0;
       cont = page.metadata?.continue || undefined;
+      await onPage(page);
+      // Let this page go before the next request is awaited (a suspended async function keeps
+      // what its variables still point at).
+      page = undefined;
     } while (cont && pages < 100_000);
-    return { items, resourceVersion: rv, pages };
+    return { resourceVersion: rv ?? "", pages, items };
+  }
+
+  /**
+   * Lists every page ({@link listPages}) and returns all items with the resourceVersion of the
+   * first page (the snapshot the pages belong to).
+   * @throws ApiError 410 when a continue token expired mid-way (the caller relists).
+   */
+  async listAll<T extends KubeObject>(
+    rt: ResourceType,
+    o: ListOptions = {},
+  ): Promise<{ items: T[]; resourceVersion: string; pages: number }> {
+    const items: T[] = [];
+    const r = await this.listPages<T>(rt, o, (page) => {
+      for (const it of page.items ?? []) items.push(it);
+    });
+    return { items, resourceVersion: r.resourceVersion, pages: r.pages };
   }
 
   /** Creates an object in `namespace` (or the object's own). @throws ApiError 409 AlreadyExists. */

@@ -138,6 +138,11 @@ export interface ManagerOptions {
   useWatchList?: boolean;
 }
 
+/** How often (ms) the manager looks whether the first pass is over, for its one GC. */
+export const FIRST_PASS_POLL_MS = 250;
+/** Longest wait (ms) after the sync for the first pass to end before that GC runs anyway. */
+export const FIRST_PASS_MAX_WAIT_MS = 120_000;
+
 /** Default of {@link ManagerOptions.gracefulShutdownTimeoutMs}; controller-runtime's 30 s. */
 export const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS = 30_000;
 
@@ -164,6 +169,12 @@ export interface InformerOptions<T extends KubeObject> {
   fieldSelector?: string;
   /** Named indexes to add to the shared store (same name, same function when shared). */
   indexes?: Record<string, IndexFunc<T>>;
+  /**
+   * Cache transform of the shared store (the `transform` of {@link Store}'s options: it must keep every
+   * field any user of the informer reads). Informers are shared, so every caller asking for the
+   * same informer must pass the same function (or none after the first).
+   */
+  transform?: (obj: T) => T;
 }
 
 /** The operator process; see the module doc. */
@@ -171,6 +182,8 @@ export class Manager {
   #o: ResolvedOptions;
   #log = log("manager");
   #informers = new Map<string, Informer<KubeObject>>();
+  /** The transform each shared informer was made with (by informer id). */
+  #transforms = new Map<string, unknown>();
   #controllers: { controller: Controller; informers: Informer<KubeObject>[] }[] = [];
   #recorders: EventRecorder[] = [];
   #running = false;
@@ -231,7 +244,8 @@ export class Manager {
    * resource, namespace and selectors, so each is listed and watched once however many
    * controllers use it. Its reflector starts with {@link Manager.run}, on every replica (a
    * standby keeps a warm cache); `/readyz` waits for it.
-   * @throws Error after {@link Manager.run}, or for an index name taken by another function.
+   * @throws Error after {@link Manager.run}, for an index name taken by another function, or for
+   *   a `transform` other than the one the shared informer was made with.
    */
   informer<T extends KubeObject>(
     resource: ResourceType,
@@ -256,7 +270,9 @@ export class Manager {
       for (let n = 2; names.has(name); n++) name = `${resource.plural}-${n}`;
       const store = new Store<T>({
         onHandlerError: (err) => this.#log.error("Event handler failed", { error: errorText(err) }),
+        transform: opts.transform,
       });
+      this.#transforms.set(id, opts.transform);
       inf = {
         name,
         resource,
@@ -267,6 +283,8 @@ export class Manager {
         reflector: this.#reflector(resource, store, namespace, opts),
       };
       this.#informers.set(id, inf);
+    } else if (opts.transform && opts.transform !== this.#transforms.get(id)) {
+      throw new Error(`informer ${inf.name} is shared and already has another cache transform`);
     }
     for (const [name, fn] of Object.entries(opts.indexes ?? {})) inf.store.addIndex(name, fn);
     return inf;
@@ -489,6 +507,38 @@ export class Manager {
   }
 
   /**
+   * One full garbage collection once the initial lists are in and every controller's first pass
+   * is over (its queue empty and no reconcile running, checked every
+   * {@link FIRST_PASS_POLL_MS}; a standby's queues never drain, so at most
+   * {@link FIRST_PASS_MAX_WAIT_MS} after the sync). The lists' pages and the first pass leave
+   * garbage that V8 would otherwise keep, committed, until its next major GC, which an idle
+   * operator may not need for a long time (measured: BENCHMARKS.md, memory section). Only where
+   * V8 exposes `gc` (`--v8-flags=--expose-gc`, in `deno task start`'s flags); a no-op otherwise.
+   */
+  #collectAfterFirstPass(allInformers: Informer<KubeObject>[], signal: AbortSignal): void {
+    const gc = (globalThis as { gc?: () => void }).gc;
+    if (typeof gc !== "function") return;
+    const run = async () => {
+      await Promise.all(allInformers.map((i) => i.reflector.waitForSync()));
+      const deadline = Date.now() + FIRST_PASS_MAX_WAIT_MS;
+      for (let i = 0; i < 100_000 && !signal.aborted && Date.now() < deadline; i++) {
+        await new Promise((r) => setTimeout(r, FIRST_PASS_POLL_MS));
+        const busy = this.#controllers.some(({ controller }) =>
+          controller.queue.depth > 0 || controller.activeWorkers > 0
+        );
+        if (!busy) break;
+      }
+      if (signal.aborted) return;
+      const t0 = performance.now();
+      gc();
+      this.#log.debug("Collected garbage after the first pass", {
+        ms: Math.round(performance.now() - t0),
+      });
+    };
+    run().catch(() => {});
+  }
+
+  /**
    * Runs until `signal` aborts (resolves 0 after a clean shutdown) or the Lease is lost
    * (resolves 1). Throws only for start-up errors: a {@link ListenError} when the health-probe or
    * metrics address cannot be bound (in use, or a privileged port), having stopped what it started.
@@ -508,6 +558,7 @@ export class Manager {
       );
     }
     const controllers = this.#controllers;
+    this.#collectAfterFirstPass(allInformers, informers.signal);
 
     const unwatchConnection = this.#logConnection();
     let elector: LeaderElector | undefined;

@@ -6,6 +6,8 @@
  * @module
  */
 import client from "prom-client";
+import perfHooks from "node:perf_hooks";
+import { BoundedDelayHistogram } from "./eventloop.ts";
 
 /**
  * Process metrics prom-client reads from `/proc/self` (Linux only): `status` (VmSize, VmData),
@@ -222,7 +224,18 @@ export class Metrics {
       labelNames: ["resource"],
       registers,
     });
-    client.collectDefaultMetrics({ register: this.registry });
+    // prom-client's nodejs_eventloop_lag_* metrics read a perf_hooks.monitorEventLoopDelay()
+    // histogram; Deno's keeps 12–20 MiB of counters (see eventloop.ts). Hand prom-client the
+    // bounded one instead (sampling every 100 ms, whatever resolution it asks for), for this call
+    // only: the metric names and help texts stay prom-client's.
+    const original = perfHooks.monitorEventLoopDelay;
+    (perfHooks as { monitorEventLoopDelay: unknown }).monitorEventLoopDelay = () =>
+      new BoundedDelayHistogram();
+    try {
+      client.collectDefaultMetrics({ register: this.registry });
+    } finally {
+      (perfHooks as { monitorEventLoopDelay: unknown }).monitorEventLoopDelay = original;
+    }
     if (!procSelfReadable()) {
       for (const name of PROC_SELF_METRICS) this.registry.removeSingleMetric(name);
     }

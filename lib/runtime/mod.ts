@@ -82,6 +82,8 @@ export {
   controllerUidIndex,
   type IndexFunc,
   objectKey,
+  type ReplaceCounts,
+  type Replacement,
   splitKey,
   Store,
   type StoreHandler,

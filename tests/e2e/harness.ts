@@ -140,7 +140,7 @@ export function appService(ns: string, name: string, spec: Record<string, unknow
   };
 }
 
-/** The permission flags of `deno task start` (the same list the binary is compiled with). */
+/** The flags of `deno task start`, permissions and V8 flags (the same list the binary is compiled with). */
 export const startPermissionFlags = startFlags;
 
 /**

@@ -6,6 +6,7 @@
 import { assert, assertEquals } from "../assert.ts";
 import { startFlags } from "../../scripts/compile.ts";
 import { Metrics, PROC_SELF_METRICS } from "../../lib/runtime/metrics.ts";
+import { BoundedDelayHistogram, EVENT_LOOP_SAMPLE_CAPACITY } from "../../lib/runtime/eventloop.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;
 
@@ -28,7 +29,8 @@ const ALWAYS_POSITIVE = [
   "nodejs_heap_size_used_bytes",
 ];
 
-Deno.test("metrics under deno task start's permissions: no /proc metric exported as 0", async () => {
+/** The `/metrics` text of a fresh Metrics in a process with exactly `deno task start`'s flags. */
+async function metricsUnderStartFlags(): Promise<string> {
   const flags = await startFlags();
   assert(!flags.includes("--allow-all") && !flags.includes("-A"), flags.join(" "));
   const out = await new Deno.Command(Deno.execPath(), {
@@ -38,9 +40,12 @@ Deno.test("metrics under deno task start's permissions: no /proc metric exported
     stdout: "piped",
     stderr: "piped",
   }).output();
-  const stderr = new TextDecoder().decode(out.stderr);
-  assert(out.success, stderr);
-  const got = samples(new TextDecoder().decode(out.stdout));
+  assert(out.success, new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout);
+}
+
+Deno.test("metrics under deno task start's permissions: no /proc metric exported as 0", async () => {
+  const got = samples(await metricsUnderStartFlags());
   for (const name of ALWAYS_POSITIVE) assert((got.get(name) ?? 0) > 0, `${name}: ${got.get(name)}`);
   // Deno opens /proc only with --allow-all: these cannot be read, so they are not exported.
   for (const name of PROC_SELF_METRICS) assertEquals(got.get(name), undefined, name);
@@ -55,4 +60,105 @@ Deno.test({
       assert((got.get(name) ?? 0) > 0, `${name}: ${got.get(name)}`);
     }
   },
+});
+
+/**
+ * Every metric name the operator exports under `deno task start`'s permissions, as it exported
+ * them before the event-loop monitor was replaced (dashboards depend on the names).
+ */
+const EXPORTED_NAMES = [
+  "appservice_reflector_relists_total",
+  "appservice_reflector_watch_errors_total",
+  "controller_runtime_active_workers",
+  "controller_runtime_max_concurrent_reconciles",
+  "controller_runtime_reconcile_errors_total",
+  "controller_runtime_reconcile_time_seconds",
+  "controller_runtime_reconcile_total",
+  "leader_election_master_status",
+  "nodejs_active_handles",
+  "nodejs_active_handles_total",
+  "nodejs_active_requests",
+  "nodejs_active_requests_total",
+  "nodejs_active_resources",
+  "nodejs_active_resources_total",
+  "nodejs_eventloop_lag_max_seconds",
+  "nodejs_eventloop_lag_mean_seconds",
+  "nodejs_eventloop_lag_min_seconds",
+  "nodejs_eventloop_lag_p50_seconds",
+  "nodejs_eventloop_lag_p90_seconds",
+  "nodejs_eventloop_lag_p99_seconds",
+  "nodejs_eventloop_lag_seconds",
+  "nodejs_eventloop_lag_stddev_seconds",
+  "nodejs_external_memory_bytes",
+  "nodejs_gc_duration_seconds",
+  "nodejs_heap_size_total_bytes",
+  "nodejs_heap_size_used_bytes",
+  "nodejs_heap_space_size_available_bytes",
+  "nodejs_heap_space_size_total_bytes",
+  "nodejs_heap_space_size_used_bytes",
+  "nodejs_version_info",
+  "process_cpu_seconds_total",
+  "process_cpu_system_seconds_total",
+  "process_cpu_user_seconds_total",
+  "process_resident_memory_bytes",
+  "process_start_time_seconds",
+  "rest_client_requests_total",
+  "workqueue_adds_total",
+  "workqueue_depth",
+  "workqueue_longest_running_processor_seconds",
+  "workqueue_queue_duration_seconds",
+  "workqueue_retries_total",
+  "workqueue_unfinished_work_seconds",
+  "workqueue_work_duration_seconds",
+];
+
+Deno.test("metrics: exactly the metric names exported before", async () => {
+  const text = await metricsUnderStartFlags();
+  const names = [
+    ...new Set(
+      text.split("\n").filter((l) => l.startsWith("# TYPE ")).map((l) => l.split(" ")[2]),
+    ),
+  ].sort();
+  assertEquals(names, EXPORTED_NAMES);
+});
+
+Deno.test("event-loop histogram: exact min/max/mean/stddev, nearest-rank percentiles, bounded samples", () => {
+  const h = new BoundedDelayHistogram(10, () => 0.999999);
+  assertEquals([h.min, h.max, h.percentile(50), h.count], [9223372036854775807, 0, 0, 0]);
+  assert(Number.isNaN(h.mean) && Number.isNaN(h.stddev));
+  for (const v of [4, 1, 3, 2]) h.record(v * 1e6);
+  assertEquals([h.min, h.max, h.mean, h.count], [1e6, 4e6, 2.5e6, 4]);
+  assertEquals(Math.round(h.stddev), Math.round(Math.sqrt(1.25) * 1e6));
+  assertEquals([h.percentile(25), h.percentile(50), h.percentile(90), h.percentile(100)], [
+    1e6,
+    2e6,
+    4e6,
+    4e6,
+  ]);
+  h.reset();
+  assertEquals([h.min, h.max, h.count], [9223372036854775807, 0, 0]);
+  // Far more samples than kept: min/max/mean stay exact, percentiles come from the reservoir.
+  for (let i = 1; i <= 10 * EVENT_LOOP_SAMPLE_CAPACITY; i++) h.record(i);
+  assertEquals([h.min, h.max, h.count], [
+    1,
+    10 * EVENT_LOOP_SAMPLE_CAPACITY,
+    10 * EVENT_LOOP_SAMPLE_CAPACITY,
+  ]);
+  assertEquals(h.mean, (10 * EVENT_LOOP_SAMPLE_CAPACITY + 1) / 2);
+  assert(h.percentile(100) <= 10 * EVENT_LOOP_SAMPLE_CAPACITY);
+});
+
+Deno.test("event-loop histogram: the timer samples how late it fires and never holds the process", async () => {
+  const h = new BoundedDelayHistogram(5);
+  assertEquals(h.enable(), true);
+  assertEquals(h.enable(), false);
+  await new Promise((r) => setTimeout(r, 40));
+  const until = performance.now() + 50;
+  while (performance.now() < until) { /* block the loop for 50 ms */ }
+  await new Promise((r) => setTimeout(r, 20));
+  assertEquals(h.disable(), true);
+  assertEquals(h.disable(), false);
+  assert(h.count >= 3, `count ${h.count}`);
+  assert(h.max >= 40e6 && h.max < 1e9, `max ${h.max}: the 50 ms block`);
+  assert(h.percentile(50) < 20e6, `p50 ${h.percentile(50)}: a free loop is about on time`);
 });

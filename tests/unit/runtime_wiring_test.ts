@@ -5,7 +5,7 @@
  * stores are fed directly, as the reflector would feed them.
  */
 import type { ConfigMap } from "kubernetes-types/core/v1.d.ts";
-import { assert, assertEquals } from "../assert.ts";
+import { assert, assertEquals, assertRejects } from "../assert.ts";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { CONFIGMAPS, PODS, type ResourceType } from "../../lib/kube/resources.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
@@ -104,6 +104,24 @@ Deno.test("runtime: one informer per resource, namespace and selectors, shared; 
     namespaced: false,
   });
   assertEquals(ns.namespace, undefined, "cluster-scoped: no namespace");
+});
+
+Deno.test("runtime: an informer's cache transform applies to its shared store; another is refused", async () => {
+  const m = manager("team-a");
+  const strip = (o: KubeObject & { spec?: unknown }) => {
+    o.spec = undefined;
+    return o;
+  };
+  const a = m.informer<KubeObject & { spec?: unknown }>(PODS, { transform: strip });
+  const b = m.informer<KubeObject & { spec?: unknown }>(PODS, { transform: strip });
+  const c = m.informer<KubeObject & { spec?: unknown }>(PODS); // no transform asked: shares a's
+  assert(a === b && b === c);
+  a.store.upsert({ ...obj("team-a", "p"), spec: { containers: [] } });
+  assertEquals(a.store.get("team-a/p")?.spec, undefined);
+  await assertRejects(
+    () => m.informer<KubeObject & { spec?: unknown }>(PODS, { transform: (o) => o }),
+    /another cache transform/,
+  );
 });
 
 Deno.test("runtime: a declared controller enqueues primary keys (with predicates), owners of owned objects, and mapped keys", async () => {

@@ -1,5 +1,5 @@
 import fc from "fast-check";
-import { assertEquals } from "../assert.ts";
+import { assertEquals, assertRejects } from "../assert.ts";
 import type { KubeObject } from "../../lib/kube/client.ts";
 import {
   CONTROLLER_UID_INDEX,
@@ -91,4 +91,82 @@ Deno.test("store: property — after replace the store equals the list, whatever
       assertEquals(indexed, list.length); // no ghost index entries
     },
   ));
+});
+
+Deno.test("store: a list applied page by page: pages cached as they come, deletes at the end", async () => {
+  const s = new Store<KubeObject>();
+  const log = recorder(s);
+  s.replace([obj("a", "1"), obj("b", "1"), obj("c", "1")]);
+  log.length = 0;
+  const r = s.beginReplace();
+  r.add([obj("a", "1"), obj("b", "2")]);
+  // The first page is cached at once; nothing is deleted before the last page.
+  assertEquals(log, ["update ns/b 1->2"]);
+  assertEquals(s.keys().sort(), ["ns/a", "ns/b", "ns/c"]);
+  r.add([obj("d", "3")]);
+  assertEquals(s.get("ns/d")?.metadata?.resourceVersion, "3");
+  assertEquals(r.finish(), { added: 1, updated: 1, deleted: 1 });
+  assertEquals(log, ["update ns/b 1->2", "add ns/d", "delete ns/c"]);
+  assertEquals(s.keys().sort(), ["ns/a", "ns/b", "ns/d"]);
+  await assertRejects(() => r.add([obj("e", "4")]), /after it finished/);
+  await assertRejects(() => r.finish(), /finished twice/);
+  // A replace that never finishes (a list failed mid-way) deletes nothing.
+  const broken = s.beginReplace();
+  broken.add([obj("a", "1")]);
+  assertEquals(s.keys().sort(), ["ns/a", "ns/b", "ns/d"]);
+});
+
+Deno.test("store: property — pages in any split give the same store and events as one replace", () => {
+  fc.assert(fc.property(
+    fc.array(fc.tuple(fc.integer({ min: 0, max: 20 }), fc.integer({ min: 1, max: 3 }))),
+    fc.array(fc.tuple(fc.integer({ min: 0, max: 20 }), fc.integer({ min: 1, max: 3 }))),
+    fc.integer({ min: 1, max: 5 }),
+    (before, after, pageSize) => {
+      const list = () =>
+        [...new Map(after.map(([n, rv]) => [n, rv]))].map(([n, rv]) => obj(`o${n}`, String(rv)));
+      const whole = new Store<KubeObject>();
+      const paged = new Store<KubeObject>();
+      for (const [n, rv] of before) {
+        whole.upsert(obj(`o${n}`, String(rv)));
+        paged.upsert(obj(`o${n}`, String(rv)));
+      }
+      const logWhole = recorder(whole), logPaged = recorder(paged);
+      const a = whole.replace(list());
+      const r = paged.beginReplace();
+      const items = list();
+      for (let i = 0; i < items.length; i += pageSize) r.add(items.slice(i, i + pageSize));
+      assertEquals(r.finish(), a);
+      assertEquals(logPaged, logWhole);
+      assertEquals(paged.keys().sort(), whole.keys().sort());
+    },
+  ));
+});
+
+Deno.test("store: the transform runs on every object cached or handed out, after managedFields", () => {
+  type Obj = KubeObject & { spec?: { big: string }; status?: { phase: string } };
+  const seen: (unknown[] | undefined)[] = [];
+  const s = new Store<Obj>({
+    transform: (o) => {
+      seen.push(o.metadata?.managedFields);
+      o.spec = undefined;
+      return o;
+    },
+  });
+  const deleted: Obj[] = [];
+  s.addHandler({ delete: (o) => deleted.push(o) });
+  const mk = (name: string, rv: string): Obj => ({
+    ...obj(name, rv),
+    spec: { big: "x".repeat(100) },
+    status: { phase: "Running" },
+  });
+  s.replace([mk("a", "1"), mk("b", "1")]); // list
+  s.upsert(mk("a", "2")); // watch MODIFIED
+  s.remove(mk("b", "3")); // watch DELETED: the handler gets the transformed final state
+  assertEquals(s.get("ns/a")?.spec, undefined);
+  assertEquals(s.get("ns/a")?.status, { phase: "Running" });
+  assertEquals(deleted.map((o) => [objectKey(o), o.spec, o.status?.phase]), [
+    ["ns/b", undefined, "Running"],
+  ]);
+  assertEquals(seen.every((m) => m === undefined), true, "managedFields dropped first");
+  assertEquals(seen.length, 4);
 });

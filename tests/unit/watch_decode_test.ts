@@ -283,17 +283,37 @@ interface ScriptedWatch {
   end: "close" | "fail" | "hang" | "idle" | "restart" | "refused";
 }
 
-/** A stand-in for KubeClient: listAll answers `listed`; each watch() plays the next script. */
+/**
+ * A stand-in for KubeClient: listPages answers `listed` in pages of `pageSize` (all in one page by
+ * default), noting what the page handler had done before each next page; each watch() plays the
+ * next script.
+ */
 class ScriptedClient {
   watchCalls: { resourceVersion?: string; sendInitialEvents?: boolean }[] = [];
   lists = 0;
   /** The client's connection health, when a test wants one. */
   health?: ConnectionHealth;
+  /** Per page requested: how many pages the handler had been given and had returned from. */
+  pagesDoneBeforeRequest: number[] = [];
+  pageSize = Infinity;
   constructor(readonly listed: Obj[], readonly listRv: string, readonly scripts: ScriptedWatch[]) {}
 
-  listAll() {
+  async listPages(
+    _rt: unknown,
+    _o: unknown,
+    onPage: (page: { metadata: { resourceVersion: string }; items: Obj[] }) => void,
+  ) {
     this.lists++;
-    return Promise.resolve({ items: this.listed, resourceVersion: this.listRv, pages: 1 });
+    let done = 0;
+    const n = Math.max(1, Math.ceil(this.listed.length / this.pageSize));
+    for (let i = 0; i < n; i++) {
+      this.pagesDoneBeforeRequest.push(done);
+      await new Promise((r) => setTimeout(r, 0));
+      const items = this.listed.slice(i * this.pageSize, (i + 1) * this.pageSize);
+      await onPage({ metadata: { resourceVersion: this.listRv }, items });
+      done++;
+    }
+    return { resourceVersion: this.listRv, pages: n, items: this.listed.length };
   }
 
   async *watchBatches(
@@ -319,6 +339,8 @@ class ScriptedClient {
     if (s.end === "close" || s.end === "idle" || s.end === "restart") b.close();
     if (s.end === "fail") b.push("{not json, as when a connection dies mid-frame}\n");
     const onAbort = () => b.close();
+    // Stopped while this call waited for its macrotask: the listener below would never fire.
+    if (o.signal?.aborted) b.close();
     o.signal?.addEventListener("abort", onAbort, { once: true });
     try {
       yield* decodeWatchBatches<Obj>(b.stream, 0, () => {});
@@ -368,6 +390,35 @@ function runReflector(
     },
   };
 }
+
+Deno.test("reflector: the list goes into the store page by page, each page before the next is asked", async () => {
+  const listed = ["a", "b", "c", "d", "e"].map((n, i) => ({
+    metadata: { name: n, resourceVersion: String(i + 1) },
+  }));
+  const client = new ScriptedClient(listed, "10", [{ frames: "", end: "hang" }]);
+  client.pageSize = 2;
+  const r = runReflector(client);
+  try {
+    // Until the watch after the list is open (bounded: a slow machine needs more than one settle).
+    for (let i = 0; i < 100 && client.watchCalls.length === 0; i++) await r.settle();
+    assert(r.reflector.hasSynced, "not synced");
+    assertEquals(client.pagesDoneBeforeRequest, [0, 1, 2]);
+    assertEquals(r.calls, ["add a@1", "add b@2", "add c@3", "add d@4", "add e@5"]);
+    const listedEv = r.events.find((e) => e.type === "listed");
+    assertEquals(listedEv, {
+      type: "listed",
+      resourceVersion: "10",
+      items: 5,
+      pages: 3,
+      added: 5,
+      updated: 0,
+      deleted: 0,
+    });
+    assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10"]);
+  } finally {
+    await r.stop();
+  }
+});
 
 Deno.test("reflector: a watch that ends at once without events backs off, no reconnect loop", async () => {
   const client = new ScriptedClient([], "10", [
