@@ -12,15 +12,16 @@
  * `--cascade=orphan` leaves it) enqueues the AppService named by its instance label, which adopts
  * it.
  *
- * Cache transform ({@link cachedPod}): owned Pods are cached without their `spec`. The reconciler
- * reads a Pod's metadata (name, ownerReferences, the spec-hash annotation that stands for the
- * template, deletionTimestamp) and status (phase, conditions, container statuses, podIP), never
- * its spec, which the apiserver fills with defaults (volumes, tolerations, container defaults)
- * and which is the largest part of a cached Pod. Measured in BENCHMARKS.md (memory section).
+ * Cache transform ({@link cachedPod}): owned Pods are cached without their `spec` but for
+ * `nodeName` and `restartPolicy`. The reconciler reads a Pod's metadata (name, ownerReferences,
+ * the spec-hash annotation that stands for the template, deletionTimestamp) and status (phase,
+ * conditions, container statuses, podIP) and of its spec only those two. The rest of the spec,
+ * filled by the apiserver with defaults (volumes, tolerations, container defaults), is the largest
+ * part of a cached Pod. Measured in BENCHMARKS.md (memory section).
  *
  * @module
  */
-import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
+import type { Pod, PodSpec, Service } from "kubernetes-types/core/v1.d.ts";
 import { PODS, SERVICES } from "../kube/resources.ts";
 import type { Controller } from "../runtime/controller.ts";
 import type { Manager } from "../runtime/manager.ts";
@@ -43,13 +44,19 @@ export const CONTROLLER_NAME = "appservice";
 export const REPORTING_CONTROLLER = `${GROUP}/appservice-operator`;
 
 /**
- * The cache transform of owned Pods (controller-runtime's cache `TransformFunc`): sets `spec`
- * to undefined, in place (not `delete`, which would turn the object into a slower dictionary
- * one in V8), and returns the Pod. Everything the reconciler and its status read (metadata,
- * status) stays; see the module doc. Idempotent.
+ * The cache transform of owned Pods (controller-runtime's cache `TransformFunc`): replaces `spec`,
+ * in place, by one that holds only the two fields the status reads, `nodeName` (who has to
+ * confirm a deletion, `stuckTerminating` in status.ts) and `restartPolicy` (whether a completed Pod comes
+ * back), and returns the Pod. Everything else the reconciler and its status read is metadata and
+ * status, which stay; see the module doc. Idempotent. (A tested rule: tests/unit/pod_cache_test.ts
+ * runs every status function over a full and a transformed Pod in each state.)
  */
 export function cachedPod(pod: Pod): Pod {
-  if (pod.spec !== undefined) pod.spec = undefined;
+  const spec = pod.spec;
+  if (spec !== undefined) {
+    // Only these two keys: `containers` and the defaults the apiserver filled in are dropped.
+    pod.spec = { nodeName: spec.nodeName, restartPolicy: spec.restartPolicy } as PodSpec;
+  }
   return pod;
 }
 

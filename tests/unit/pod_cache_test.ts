@@ -8,7 +8,7 @@ import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
 import { cachedPod } from "../../lib/appservice/controller.ts";
 import { isPodReady, podOrdinal, restartCount } from "../../lib/appservice/pods.ts";
-import { podStatuses } from "../../lib/appservice/status.ts";
+import { podCause, podStatuses } from "../../lib/appservice/status.ts";
 import { controllerUidIndex, Store } from "../../lib/runtime/store.ts";
 import type { AppService } from "../../lib/appservice/schema.ts";
 
@@ -103,7 +103,7 @@ Deno.test("pod cache transform: what the reconciler reads is unchanged, the spec
   for (const ready of [true, false]) {
     const full = listedPod("web-0", ready);
     const cached = cachedPod(listedPod("web-0", ready));
-    assertEquals(cached.spec, undefined);
+    assertEquals(cached.spec, { nodeName: "kwok-node-0", restartPolicy: "Always" } as never);
     assertEquals(JSON.stringify(cached).includes("tolerations"), false);
     assertEquals(cached.metadata, full.metadata);
     assertEquals(cached.status, full.status);
@@ -116,6 +116,39 @@ Deno.test("pod cache transform: what the reconciler reads is unchanged, the spec
   }
 });
 
+Deno.test("pod cache transform: why a Pod is not Ready reads the same in every state", () => {
+  const now = Date.parse("2026-01-01T01:00:00Z");
+  const states: ((p: Pod) => void)[] = [
+    (p) => {
+      // Completed under OnFailure: the restartPolicy decides the message.
+      p.spec!.restartPolicy = "OnFailure";
+      p.status!.phase = "Succeeded";
+    },
+    (p) => {
+      // Being deleted long past its grace period, no finalizer: the Node is named.
+      Object.assign(p.metadata!, { deletionTimestamp: "2026-01-01T00:00:00Z" });
+    },
+    (p) => {
+      Object.assign(p.metadata!, { deletionTimestamp: "2026-01-01T00:00:00Z" });
+      p.metadata!.finalizers = ["example.com/hold"];
+    },
+    (p) => {
+      p.status!.conditions = [{ type: "PodScheduled", status: "False", reason: "Unschedulable" }];
+    },
+    (p) => {
+      p.status!.reason = "Evicted";
+    },
+    () => {},
+  ];
+  for (const set of states) {
+    const full = listedPod("web-0", false);
+    set(full);
+    const cached = cachedPod(structuredClone(full));
+    assertEquals(podCause(cached, now), podCause(full, now));
+    assertEquals(podStatuses([cached]), podStatuses([full]));
+  }
+});
+
 Deno.test("pod cache transform: in a Store, list items and watch events are cached without spec", () => {
   const s = new Store<Pod>({ transform: cachedPod });
   s.replace([listedPod("web-0", true)]);
@@ -123,7 +156,7 @@ Deno.test("pod cache transform: in a Store, list items and watch events are cach
   for (const key of ["ns/web-0", "ns/web-1"]) {
     const p = s.get(key);
     assert(p, key);
-    assertEquals(p.spec, undefined);
+    assertEquals(Object.keys(p.spec ?? {}).sort(), ["nodeName", "restartPolicy"]);
     assertEquals(p.metadata?.managedFields, undefined);
     assertEquals(p.status?.containerStatuses?.[0].restartCount, 2);
   }
