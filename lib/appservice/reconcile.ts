@@ -359,21 +359,28 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   /**
    * Puts this AppService's selector labels back on a Pod it owns that lost them (a `kubectl
    * label` by hand): without `managed-by` it is out of the operator's sight, without `instance`
-   * out of the Service's. A merge patch with the Pod's uid as precondition.
+   * out of the Service's. A merge patch with the Pod's uid as precondition; a Pod gone (404) or
+   * replaced (409) meanwhile is left alone.
    */
   async function restoreLabels(
     as: AppService,
     obj: Pod,
     ctx: ReconcileContext,
   ): Promise<void> {
-    await client.patch(PODS, obj.metadata!.name!, {
-      metadata: { uid: obj.metadata!.uid, labels: selectorLabels(as) },
-    }, {
-      namespace: as.metadata.namespace,
-      type: "merge",
-      fieldManager: FIELD_MANAGER,
-      signal: ctx.signal,
-    });
+    try {
+      await client.patch(PODS, obj.metadata!.name!, {
+        metadata: { uid: obj.metadata!.uid, labels: selectorLabels(as) },
+      }, {
+        namespace: as.metadata.namespace,
+        type: "merge",
+        fieldManager: FIELD_MANAGER,
+        signal: ctx.signal,
+      });
+    } catch (err) {
+      rethrowIfAbortive(err);
+      if (isNotFound(err) || isConflict(err)) return;
+      throw err;
+    }
     ctx.logger.info("Put the AppService's labels back on its Pod", { pod: obj.metadata?.name });
   }
 
@@ -565,12 +572,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     // Owned Pods that lost a label of ours (still seen through another one): labels put back.
     for (const p of owned) {
       if (p.metadata?.deletionTimestamp || hasSelectorLabels(as, p)) continue;
-      try {
-        await restoreLabels(as, p, ctx);
-      } catch (err) {
-        rethrowIfAbortive(err);
-        if (!isNotFound(err) && !isConflict(err)) throw err;
-      }
+      await restoreLabels(as, p, ctx);
     }
     const failures: Failure[] = [];
     /** Pods that ended and are (or will be, after their delay) replaced. */
@@ -737,12 +739,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           } else if (other && !other.metadata?.deletionTimestamp && !hasSelectorLabels(as, other)) {
             // Ours, but out of the cache's sight: its labels were removed by hand. Put back, it
             // comes into sight (and its watch event reconciles again).
-            try {
-              await restoreLabels(as, other, ctx);
-            } catch (err) {
-              rethrowIfAbortive(err);
-              if (!isNotFound(err) && !isConflict(err)) throw err;
-            }
+            await restoreLabels(as, other, ctx);
           }
           continue;
         }
