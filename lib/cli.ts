@@ -180,9 +180,9 @@ export const FLAG_TABLE = [
     name: "watch-list",
     env: "APPSERVICE_WATCH_LIST",
     kind: "boolean",
-    default: "false",
+    default: "true",
     help:
-      "Use WatchList (sendInitialEvents) for the initial state where the apiserver supports it.",
+      "Initial state by WatchList (sendInitialEvents, consistent, from the watch cache); false: consistent paged lists.",
   },
   {
     name: "kube-api-qps",

@@ -134,7 +134,13 @@ export interface ManagerOptions {
   watchNamespace?: string;
   /** A watch silent (no byte, bookmarks included) this long is reconnected; default 3 min. */
   watchIdleTimeoutMs?: number;
-  /** Informers start with WatchList (KEP-3157) where the apiserver supports it; default false. */
+  /**
+   * Informers start with WatchList (KEP-3157: a watch with `sendInitialEvents=true`,
+   * `resourceVersionMatch=NotOlderThan` and no resourceVersion, so the initial state is at least as
+   * new as a consistent list, streamed from the watch cache) where the apiserver supports it, else
+   * with a consistent paged list; default true (client-go's reflector too: its WatchListClient
+   * feature is on by default from v0.35, k8s.io/client-go features/known_features.go).
+   */
   useWatchList?: boolean;
 }
 
@@ -213,7 +219,7 @@ export class Manager {
         DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS,
       watchNamespace: o.watchNamespace ?? "",
       watchIdleTimeoutMs: o.watchIdleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
-      useWatchList: o.useWatchList ?? false,
+      useWatchList: o.useWatchList ?? true,
     };
     if (this.#o.leaderElect && !this.#o.leaderElectionId) {
       throw new Error("leaderElect needs a leaderElectionId (the Lease's name)");

@@ -38,7 +38,11 @@
  *   restarts, like idle ones, cost no backoff, no relist and no store event.
  * - Every watch, after whatever failure, resumes from the resourceVersion of the last event it
  *   applied (bookmarks included), so no event is applied twice.
- * - WatchList (`useWatchList`): once the initial events are applied (the `initial-events-end`
+ * - WatchList (`useWatchList`, KEP-3157) gives the same guarantee as a consistent list: with no
+ *   resourceVersion and `resourceVersionMatch=NotOlderThan` the apiserver sends initial events at
+ *   least as new as etcd's current revision, streamed from its watch cache (measured: the first
+ *   sync of 1,000 AppServices and 1,000 Pods WL_MEASURE).
+ * - WatchList: once the initial events are applied (the `initial-events-end`
  *   bookmark), the stream is an ordinary watch, and a failure of it is one: it resumes with a
  *   plain watch from the last applied resourceVersion, not with new initial events (client-go's
  *   reflector, once synced, watches from `lastSyncResourceVersion` without `sendInitialEvents`).
@@ -317,8 +321,10 @@ export class Reflector<T extends KubeObject> {
 
   /**
    * Streams one watch into the store. With `initial`, the stream is a WatchList: ADDED events up
-   * to the bookmark annotated `k8s.io/initial-events-end` are collected and applied with
-   * `store.replace`; from there on it is an ordinary watch, and `#watchRv` follows it. Returns
+   * to the bookmark annotated `k8s.io/initial-events-end` go into the store batch by batch as
+   * one replace (`store.beginReplace`, as a paged list does: no batch's objects are held twice,
+   * and objects missing from the initial events are deleted only at that bookmark); from there
+   * on it is an ordinary watch, and `#watchRv` follows it. Returns
    * the last resourceVersion seen, how many events came and whether the initial events (if any)
    * were complete.
    */
@@ -331,9 +337,11 @@ export class Reflector<T extends KubeObject> {
     this.#state = { phase: "watching", resourceVersion: rv };
     if (!initial) this.#emit({ type: "watchStarted", resourceVersion: rv });
     let events = 0;
-    // WatchList: ADDED events are collected until the initial-events-end bookmark; after it the
-    // stream is an ordinary watch and events go straight to the store (collected = undefined).
-    let collected: T[] | undefined = initial ? [] : undefined;
+    // WatchList: ADDED events go into one replace, a batch at a time, until the
+    // initial-events-end bookmark; after it the stream is an ordinary watch and events go
+    // straight to the store (replacement = undefined).
+    let replacement = initial ? o.store.beginReplace() : undefined;
+    let pending: T[] = [];
     this.#watchRv = initial ? "" : rv;
     if (this.#openWatches > 0) throw new Error("reflector: a watch is already open");
     this.#openWatches++;
@@ -369,7 +377,7 @@ export class Reflector<T extends KubeObject> {
           switch (ev.type) {
             case "ADDED":
             case "MODIFIED":
-              if (collected) collected.push(obj);
+              if (replacement) pending.push(obj);
               else o.store.upsert(obj);
               break;
             case "DELETED":
@@ -377,11 +385,13 @@ export class Reflector<T extends KubeObject> {
               break;
             case "BOOKMARK":
               if (
-                collected &&
+                replacement &&
                 obj.metadata?.annotations?.["k8s.io/initial-events-end"] === "true"
               ) {
-                const diff = o.store.replace(collected);
-                collected = undefined;
+                replacement.add(pending);
+                pending = [];
+                const diff = replacement.finish();
+                replacement = undefined;
                 this.#markSynced();
                 this.#emit({
                   type: "listed",
@@ -399,17 +409,21 @@ export class Reflector<T extends KubeObject> {
           }
           if (newRv) {
             rv = newRv;
-            if (!collected) this.#watchRv = rv;
+            if (!replacement) this.#watchRv = rv;
           }
         }
         // Once per batch (a chunk of the stream), not per event.
+        if (replacement && pending.length > 0) {
+          replacement.add(pending);
+          pending = [];
+        }
         this.#state = { phase: "watching", resourceVersion: rv };
       }
     } finally {
       if (openTimer !== undefined) this.#clock.clearTimer(openTimer);
       this.#openWatches--;
     }
-    return { rv, events, synced: !collected };
+    return { rv, events, synced: !replacement };
   }
 
   /**
