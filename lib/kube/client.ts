@@ -885,7 +885,10 @@ export class KubeClient {
    * chunk instead of one per event.
    *
    * The idle bound also covers the wait for the response headers (a request sent into a stalled
-   * connection otherwise waits forever: watches have no request timeout), and a WatchIdleError
+   * connection otherwise waits forever: watches have no request timeout); a WatchList
+   * (`sendInitialEvents`) waits for its headers at most the request timeout, as a list would, and
+   * then fails with a plain Error (the apiserver answers only once it can serve a consistent
+   * state: one whose etcd stalls does not answer at all). A WatchIdleError
    * drops the pooled connections ({@link CredentialProvider.resetConnections}) so that the next
    * watch does not go into a pooled connection on the same stalled path. A watch ended by the
    * client throws {@link WatchRestartError} (see the module doc): resume it at once.
@@ -898,8 +901,18 @@ export class KubeClient {
     const onAbort = () => ctl.abort(o.signal?.reason);
     o.signal?.addEventListener("abort", onAbort, { once: true });
     const idleMs = o.idleTimeoutMs ?? 0;
-    const headersTimer = idleMs > 0
-      ? setTimeout(() => ctl.abort(new WatchIdleError(idleMs)), idleMs)
+    // A WatchList's headers come only once the apiserver has the state to send (its watch cache
+    // caught up with etcd's current revision), as a list's answer does: that wait is bounded like
+    // a list, by the request timeout, and failing it is a failed request, not an idle watch.
+    const listMs = this.#opts.requestTimeoutMs;
+    const noInitialEvents = o.sendInitialEvents && (idleMs === 0 || listMs < idleMs)
+      ? new Error(
+        `GET ${resourcePath(rt, o.namespace)} (watch list): no answer within ${listMs / 1000} s`,
+      )
+      : undefined;
+    const headersMs = noInitialEvents ? listMs : idleMs;
+    const headersTimer = headersMs > 0
+      ? setTimeout(() => ctl.abort(noInitialEvents ?? new WatchIdleError(idleMs)), headersMs)
       : undefined;
     let stream: InFlight | undefined;
     try {
@@ -935,6 +948,13 @@ export class KubeClient {
     } catch (err) {
       if (o.signal?.aborted) throw o.signal.reason;
       if (ctl.signal.reason instanceof WatchRestartError) throw ctl.signal.reason;
+      if (noInitialEvents && ctl.signal.reason === noInitialEvents) {
+        // As a list without an answer within its timeout (see #send): the pooled connections
+        // may be dead.
+        this.#failed(noInitialEvents);
+        this.#creds.resetConnections();
+        throw noInitialEvents;
+      }
       if (err instanceof WatchIdleError) {
         // Silent past its bound (see the reflector: the apiserver's bookmark cadence).
         this.#failed(err);

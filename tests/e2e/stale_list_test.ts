@@ -6,8 +6,10 @@
  * old state while its Pods stay current. A `resourceVersion=0` list there answers from that cache:
  * an AppService scaled from 2 to 4 still says 2, while its 4 Pods are listed. Nothing may act on
  * that state (here: delete the 2 newest Pods as "scaled down"):
- * - an operator restarted against that apiserver: its first list must be a consistent read,
- *   which that apiserver cannot serve until its etcd connection comes back;
+ * - an operator restarted against that apiserver: its first list (a WatchList by default, a
+ *   paged list with --watch-list=false) must be a consistent read, which that apiserver cannot
+ *   serve until its etcd connection comes back: it fails as a list does, within the request
+ *   timeout, and is retried;
  * - a standby watching through it, whose cache therefore lags, when it takes over the Lease: the
  *   reconciler reads the AppService from the API before it deletes any Pod.
  *

@@ -173,3 +173,40 @@ Deno.test("client: once a later request gets through, a stuck read is sent again
     await srv.close();
   }
 });
+
+Deno.test("client: a WatchList without an answer fails like a list at the request timeout; a plain watch waits for its idle bound", async () => {
+  const release = Promise.withResolvers<void>();
+  const s = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async () => {
+    await release.promise; // never answers (an apiserver whose etcd stalls)
+    return new Response("", { status: 503 });
+  });
+  const client = new KubeClient({
+    server: `http://127.0.0.1:${s.addr.port}`,
+    auth: { kind: "token", token: "t" },
+    namespace: "default",
+    source: "test",
+  }, { maxRetries: 0, requestTimeoutMs: 200 });
+  const open = async (sendInitialEvents: boolean) => {
+    const o = { namespace: "default", idleTimeoutMs: 60_000, sendInitialEvents };
+    try {
+      for await (const _ of client.watchBatches(CONFIGMAPS, o)) { /* */ }
+      return "ended";
+    } catch (err) {
+      return String(err);
+    }
+  };
+  try {
+    const plain = open(false);
+    const wl = await open(true);
+    assertEquals(
+      wl,
+      "Error: GET /api/v1/namespaces/default/configmaps (watch list): no answer within 0.2 s",
+    );
+    const first = await Promise.race([plain, new Promise((r) => setTimeout(() => r("open"), 300))]);
+    assertEquals(first, "open");
+  } finally {
+    release.resolve();
+    client.close();
+    await s.shutdown();
+  }
+});
