@@ -122,7 +122,6 @@ async function main(): Promise<number> {
   let client: KubeClient;
   let leaderClient: KubeClient;
   let authClient: KubeClient | undefined;
-  let user: string;
   try {
     const config = loadClusterConfig({
       kubeconfig: v["kubeconfig"] || undefined,
@@ -150,7 +149,6 @@ async function main(): Promise<number> {
       health,
     });
     if (v["metrics-secure"]) authClient = reviewClient(config, metrics);
-    user = await whoAmI(client);
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message);
     fail(errorText(err));
@@ -161,12 +159,16 @@ async function main(): Promise<number> {
     hostname = Deno.hostname();
   } catch { /* --allow-sys=hostname not granted: keep the fallback */ }
   const identity = `${hostname}_${crypto.randomUUID().slice(0, 8)}`;
-  logger.info("Connected", {
-    version: VERSION,
-    server: config.server,
-    source: config.source,
-    user,
-  });
+  // Who we are, asked beside the informers' first lists (the manager's start gate): nothing is
+  // served, elected or written before the answer, and a refusal ends the start-up in one line.
+  const connected = whoAmI(client).then((user) =>
+    logger.info("Connected", {
+      version: VERSION,
+      server: config.server,
+      source: config.source,
+      user,
+    })
+  );
 
   const stop = new AbortController();
   let firstSignalMs = 0;
@@ -209,6 +211,7 @@ async function main(): Promise<number> {
     watchNamespace: v["watch-namespace"],
     watchIdleTimeoutMs: v["watch-idle-timeout"],
     useWatchList: v["watch-list"],
+    startGate: connected,
   });
   addAppServiceController(manager);
   // Debug only (deno task bench): a memory report on its own address; unset in production.
@@ -226,6 +229,7 @@ async function main(): Promise<number> {
   try {
     return await manager.run(stop.signal);
   } catch (err) {
+    if (err instanceof ConfigError) fail(err.message);
     if (err instanceof ListenError) {
       const flag = err.server === "health" ? "health-probe-bind-address" : "metrics-bind-address";
       fail(`${err.message}; choose another address with --${flag} (or 0 to turn it off)`);

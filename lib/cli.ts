@@ -180,9 +180,9 @@ export const FLAG_TABLE = [
     name: "watch-list",
     env: "APPSERVICE_WATCH_LIST",
     kind: "boolean",
-    default: "true",
+    default: "false",
     help:
-      "Initial state by WatchList (sendInitialEvents, consistent, from the watch cache); false: consistent paged lists.",
+      "Initial state by WatchList (sendInitialEvents, consistent, from the watch cache) instead of consistent paged lists.",
   },
   {
     name: "kube-api-qps",

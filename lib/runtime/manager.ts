@@ -138,10 +138,22 @@ export interface ManagerOptions {
    * Informers start with WatchList (KEP-3157: a watch with `sendInitialEvents=true`,
    * `resourceVersionMatch=NotOlderThan` and no resourceVersion, so the initial state is at least as
    * new as a consistent list, streamed from the watch cache) where the apiserver supports it, else
-   * with a consistent paged list; default true (client-go's reflector too: its WatchListClient
-   * feature is on by default from v0.35, k8s.io/client-go features/known_features.go).
+   * with a consistent paged list; default false (client-go's reflector uses it by default from
+   * v0.35, its WatchListClient feature, k8s.io/client-go features/known_features.go; here paged
+   * lists measured faster, see lib/runtime/reflector.ts).
    */
   useWatchList?: boolean;
+  /**
+   * A check that must pass before anything but reading starts (main.ts: who the apiserver says
+   * the credential is, refusing anonymous). The informers' first lists go out at once, beside it,
+   * so that neither waits for the other (each first request on a new connection costs tens of ms:
+   * Deno's fetch does not set TCP_NODELAY); the probe and metrics servers, leader election and
+   * the controllers' workers (every write) start only once it resolves. While it is pending,
+   * what the reflectors would log is held: logged when it resolves, dropped when it rejects.
+   * When it rejects, {@link Manager.run} stops the informers and throws its error (a failed
+   * start-up ends with one line). Default: none.
+   */
+  startGate?: Promise<unknown>;
 }
 
 /** How often (ms) the manager looks whether the first pass is over, for its one GC. */
@@ -158,7 +170,8 @@ type StillOptional =
   | "metricsAuthClient"
   | "maxConcurrentReconciles"
   | "reconcileTimeoutMs"
-  | "syncPeriodMs";
+  | "syncPeriodMs"
+  | "startGate";
 
 /** {@link ManagerOptions} with every default filled in. */
 type ResolvedOptions =
@@ -193,6 +206,8 @@ export class Manager {
   #controllers: { controller: Controller; informers: Informer<KubeObject>[] }[] = [];
   #recorders: EventRecorder[] = [];
   #running = false;
+  /** Reflector log lines held while the start gate is pending (see `startGate`). */
+  #heldLogs?: (() => void)[];
   /** Ports actually bound (for tests that bind port 0). */
   readonly ports: { metrics?: number; health?: number } = {};
 
@@ -219,7 +234,7 @@ export class Manager {
         DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_MS,
       watchNamespace: o.watchNamespace ?? "",
       watchIdleTimeoutMs: o.watchIdleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
-      useWatchList: o.useWatchList ?? true,
+      useWatchList: o.useWatchList ?? false,
     };
     if (this.#o.leaderElect && !this.#o.leaderElectionId) {
       throw new Error("leaderElect needs a leaderElectionId (the Lease's name)");
@@ -397,7 +412,16 @@ export class Manager {
     opts: InformerOptions<T>,
   ): Reflector<T> {
     const o = this.#o;
-    const logger = log("reflector").with({ resource: resource.plural });
+    const reflectorLog = log("reflector").with({ resource: resource.plural });
+    /** The reflector's logger, held back while the start gate is pending. */
+    const logger = {
+      info: (message: string, props: Record<string, unknown>) =>
+        this.#logOrHold(() => reflectorLog.info(message, props)),
+      warn: (message: string, props: Record<string, unknown>) =>
+        this.#logOrHold(() => reflectorLog.warn(message, props)),
+      debug: (message: string, props: Record<string, unknown>) =>
+        this.#logOrHold(() => reflectorLog.debug(message, props)),
+    };
     const r = new Reflector<T>({
       client: o.client,
       resource,
@@ -460,6 +484,11 @@ export class Manager {
       },
     });
     return r;
+  }
+
+  #logOrHold(line: () => void): void {
+    if (this.#heldLogs) this.#heldLogs.push(line);
+    else line();
   }
 
   /** Where the trusted CAs come from, and a credential file that could not be used, if any. */
@@ -556,12 +585,25 @@ export class Manager {
     const servers = new AbortController();
     const informers = new AbortController();
     const allInformers = [...this.#informers.values()];
+    if (o.startGate) this.#heldLogs = [];
     for (const inf of allInformers) {
       inf.reflector.run(informers.signal).catch((err) =>
         log("reflector").with({ resource: inf.resource.plural }).error("Reflector stopped", {
           error: errorText(err),
         })
       );
+    }
+    if (o.startGate) {
+      try {
+        await o.startGate;
+      } catch (err) {
+        this.#heldLogs = undefined;
+        informers.abort();
+        throw err;
+      }
+      const held = this.#heldLogs ?? [];
+      this.#heldLogs = undefined;
+      for (const line of held) line();
     }
     const controllers = this.#controllers;
     this.#collectAfterFirstPass(allInformers, informers.signal);
