@@ -61,6 +61,7 @@ export class WorkQueue {
   #hooks: QueueHooks;
   #queue = new Set<string>(); // ordered: Set keeps insertion order
   #dirty = new Set<string>();
+  #completed = 0;
   #processing = new Map<string, number>(); // key -> start time (ms)
   #addedAt = new Map<string, number>();
   #failures = new Map<string, number>();
@@ -84,6 +85,11 @@ export class WorkQueue {
     };
     this.#hooks = o.hooks ?? {};
     this.#bucket = new TokenBucket(this.#o.qps, this.#o.burst, () => this.#clock.now());
+  }
+
+  /** Keys finished ({@link done}) since the queue was made: a count that only grows. */
+  get completed(): number {
+    return this.#completed;
   }
 
   /** Keys waiting to be handed out (workqueue_depth). */
@@ -234,6 +240,7 @@ export class WorkQueue {
     const started = this.#processing.get(key);
     if (started === undefined) return;
     this.#processing.delete(key);
+    this.#completed++;
     this.#hooks.onDone?.((this.#clock.now() - started) / 1000);
     if (this.#dirty.has(key) && !this.#shuttingDown) this.#enqueue(key);
     if (this.#processing.size === 0) { for (const w of this.#idleWaiters.splice(0)) w(); }

@@ -29,6 +29,18 @@ Deno.test("queue: a key in flight is not handed out twice, and runs again after 
   assertEquals(got, "k");
 });
 
+Deno.test("queue: completed counts finished keys only (a done() of a key not in flight is not one)", async () => {
+  const q = new WorkQueue({ clock: new FakeClock() });
+  q.add("a");
+  q.add("b");
+  q.done("a"); // not taken yet
+  assertEquals(q.completed, 0);
+  q.done((await q.get())!);
+  q.done((await q.get())!);
+  q.done("b"); // twice
+  assertEquals(q.completed, 2);
+});
+
 Deno.test("queue: per-key exponential backoff 5ms doubling, capped, forget resets", () => {
   const clock = new FakeClock();
   const q = new WorkQueue({ clock, qps: 0, maxDelayMs: 1_000_000 });
