@@ -444,15 +444,17 @@ async function convergeRun(
     // for the first pass (its writes and memory).
     await op.stop("SIGTERM");
     op = undefined;
+    const restart = (label: string) =>
+      startOperatorProcess(kind, settingsFor(o, info), {
+        cacheDir: cacheDir(),
+        logDir,
+        label,
+        denoFlags: o.oursDenoFlags,
+      });
     const startupSamplesMs: number[] = [];
     for (let i = 1; i < STARTUP_SAMPLES; i++) {
       await sleep(1_000);
-      const quick = await startOperatorProcess(kind, settingsFor(o, info), {
-        cacheDir: cacheDir(),
-        logDir,
-        label: `restart-${n}-sample-${i}`,
-        denoFlags: o.oursDenoFlags,
-      });
+      const quick = await restart(`restart-${n}-sample-${i}`);
       try {
         startupSamplesMs.push(Math.round(await quick.waitReady(120_000)));
       } finally {
@@ -461,12 +463,7 @@ async function convergeRun(
     }
     await sleep(1_000);
     const r0 = Date.now();
-    op = await startOperatorProcess(kind, settingsFor(o, info), {
-      cacheDir: cacheDir(),
-      logDir,
-      label: `restart-${n}`,
-      denoFlags: o.oursDenoFlags,
-    });
+    op = await restart(`restart-${n}`);
     startupSamplesMs.push(Math.round(await op.waitReady(120_000)));
     const startupMs = median(startupSamplesMs);
     const rssAtReadyBytes = op.sample()?.rssBytes;

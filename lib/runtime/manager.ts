@@ -422,15 +422,11 @@ export class Manager {
   ): Reflector<T> {
     const o = this.#o;
     const reflectorLog = log("reflector").with({ resource: resource.plural });
-    /** The reflector's logger, held back while the start gate is pending. */
-    const logger = {
-      info: (message: string, props: Record<string, unknown>) =>
-        this.#logOrHold(() => reflectorLog.info(message, props)),
-      warn: (message: string, props: Record<string, unknown>) =>
-        this.#logOrHold(() => reflectorLog.warn(message, props)),
-      debug: (message: string, props: Record<string, unknown>) =>
-        this.#logOrHold(() => reflectorLog.debug(message, props)),
-    };
+    /** One level of the reflector's logger, held back while the start gate is pending. */
+    const holdable =
+      (level: "info" | "warn" | "debug") => (message: string, props: Record<string, unknown>) =>
+        this.#logOrHold(() => reflectorLog[level](message, props));
+    const logger = { info: holdable("info"), warn: holdable("warn"), debug: holdable("debug") };
     const r = new Reflector<T>({
       client: o.client,
       resource,
@@ -562,8 +558,9 @@ export class Manager {
    * runtime returns idle heap to the OS by itself, its scavenger). Each collection is two
    * `gc()` calls: the second finishes the first one's sweeping and only then are emptied pages
    * released (measured at N=1,000 after a restart, deno task bench: 93.1 MiB RSS after the
-   * first pass with one call, 85.2 after the memory report's two; BENCHMARKS.md, memory section). Only where V8 exposes `gc` (`--v8-flags=--expose-gc`,
-   * in `deno task start`'s flags); a no-op otherwise.
+   * first pass with one call, 85.2 after the memory report's two; BENCHMARKS.md, memory
+   * section). Only where V8 exposes `gc` (`--v8-flags=--expose-gc`, in `deno task start`'s
+   * flags); a no-op otherwise.
    */
   #collectAfterFirstPass(allInformers: Informer<KubeObject>[], signal: AbortSignal): void {
     const gcFn = (globalThis as { gc?: () => void }).gc;
@@ -604,10 +601,7 @@ export class Manager {
       const deadline = Date.now() + FIRST_PASS_MAX_WAIT_MS;
       for (let i = 0; i < 100_000 && !signal.aborted && Date.now() < deadline; i++) {
         await new Promise((r) => setTimeout(r, FIRST_PASS_POLL_MS));
-        const busy = this.#controllers.some(({ controller }) =>
-          controller.queue.depth > 0 || controller.activeWorkers > 0
-        );
-        if (!busy) break;
+        if (!busy()) break;
       }
       if (signal.aborted) return;
       collect("after the first pass");

@@ -93,6 +93,16 @@ Deno.test("connection health: a short episode is not reported; nothing is sent w
 });
 
 /** A loopback HTTP server: `/version` answers; the first GET of configmap `stuck` and every watch never do. */
+/** A client of a loopback test server: a token, namespace default, no retries. */
+function loopbackClient(server: string, o: { requestTimeoutMs?: number } = {}): KubeClient {
+  return new KubeClient({
+    server,
+    auth: { kind: "token", token: "t" },
+    namespace: "default",
+    source: "test",
+  }, { maxRetries: 0, ...o });
+}
+
 function server() {
   const release = Promise.withResolvers<void>();
   let stuckGets = 0;
@@ -133,12 +143,7 @@ function server() {
 
 Deno.test("client: once a later request gets through, a stuck read is sent again and a silent watch restarted; a live watch is left alone", async () => {
   const srv = server();
-  const client = new KubeClient({
-    server: srv.url,
-    auth: { kind: "token", token: "t" },
-    namespace: "default",
-    source: "test",
-  }, { maxRetries: 0 });
+  const client = loopbackClient(srv.url);
   const stop = new AbortController();
   const collect = async (label: string) => {
     try {
@@ -180,12 +185,7 @@ Deno.test("client: a WatchList without an answer fails like a list at the reques
     await release.promise; // never answers (an apiserver whose etcd stalls)
     return new Response("", { status: 503 });
   });
-  const client = new KubeClient({
-    server: `http://127.0.0.1:${s.addr.port}`,
-    auth: { kind: "token", token: "t" },
-    namespace: "default",
-    source: "test",
-  }, { maxRetries: 0, requestTimeoutMs: 200 });
+  const client = loopbackClient(`http://127.0.0.1:${s.addr.port}`, { requestTimeoutMs: 200 });
   const open = async (sendInitialEvents: boolean) => {
     const o = { namespace: "default", idleTimeoutMs: 60_000, sendInitialEvents };
     try {
