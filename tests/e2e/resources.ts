@@ -57,7 +57,7 @@ export interface DenyRule {
 /**
  * Creates a ValidatingAdmissionPolicy `name` and its binding to namespace `ns` (Deny) refusing
  * what `rule` says; resolves with a function that removes both. A new policy takes a moment to be
- * in force: callers probe for it ({@link podRefused}).
+ * in force: callers probe for it ({@link podRefused}, {@link dryRunRefused}).
  */
 export async function denyPolicy(
   c: KubeClient,
@@ -103,16 +103,29 @@ export async function denyPolicy(
  * policy or quota is in force.
  */
 export async function podRefused(c: KubeClient, ns: string, image: string): Promise<void> {
+  await dryRunRefused(c, "the Pod refused (policy in force)", PODS, {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { generateName: "probe-", namespace: ns },
+    spec: { containers: [{ name: "c", image }] },
+  } as KubeObject);
+}
+
+/**
+ * Waits (30 s at most) until a dry-run create of `obj` is refused: a new admission policy or
+ * quota is in force for it. `what` names the wait in a timeout.
+ */
+export async function dryRunRefused(
+  c: KubeClient,
+  what: string,
+  resource: ResourceType,
+  obj: KubeObject,
+): Promise<void> {
   await waitFor(
-    "the Pod refused (policy in force)",
+    what,
     async () => {
       try {
-        await c.create(PODS, {
-          apiVersion: "v1",
-          kind: "Pod",
-          metadata: { generateName: "probe-", namespace: ns },
-          spec: { containers: [{ name: "c", image }] },
-        }, { dryRun: true });
+        await c.create(resource, obj, { dryRun: true });
         return false;
       } catch {
         return true;

@@ -6,7 +6,7 @@
  * log). A spec change (new generation) is tried at once and converges.
  */
 import { assert, assertEquals } from "../assert.ts";
-import type { ResourceType } from "../../lib/kube/resources.ts";
+import { type ResourceType, SERVICES } from "../../lib/kube/resources.ts";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
@@ -21,7 +21,7 @@ import {
   waitFor,
 } from "./harness.ts";
 import { type AuditEvent, auditEvents, describe } from "./audit.ts";
-import { denyPolicy, podRefused, RESOURCE_QUOTAS } from "./resources.ts";
+import { denyPolicy, dryRunRefused, podRefused, RESOURCE_QUOTAS } from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 const EVENTS: ResourceType = {
@@ -109,6 +109,12 @@ Deno.test("S19: writes refused by admission or quota are reported and retried sl
     } as never);
     // Both policies in force (a refused dry run says so), and the quota counted.
     await podRefused(c, nsPolicy, "nginx:blocked");
+    await dryRunRefused(c, "the Service refused (policy in force)", SERVICES, {
+      apiVersion: "v1",
+      kind: "Service",
+      metadata: { generateName: "probe-", namespace: nsPolicy },
+      spec: { ports: [{ port: 6666 }] },
+    } as KubeObject);
     await waitFor(
       "quota counted",
       async () => {
