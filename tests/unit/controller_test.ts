@@ -594,3 +594,40 @@ Deno.test("controller: the error policy maps errors to requeue decisions (fenced
   stop2.abort();
   await run2;
 });
+
+Deno.test("controller: a pass of reconciles that never wait on I/O still lets timers, probes and watches run", async () => {
+  // A first pass over objects already as they should be: every reconcile reads only the cache and
+  // resolves at once, so the workers' loop is one chain of promise callbacks. Without a yield the
+  // event loop (the /readyz and /healthz handlers, watch events, Lease renewals) waits for the
+  // whole pass: measured 0.6 s at 5,000 AppServices and 1.8 s at 10,000 (deno task bench).
+  const keys = Array.from({ length: 400 }, (_, i) => `ns/a${i}`);
+  let done = 0;
+  const busyMs = 1;
+  const c = controller({
+    maxConcurrentReconciles: 4,
+    allKeys: () => keys,
+    reconcile: () => {
+      const until = performance.now() + busyMs;
+      while (performance.now() < until) { /* CPU, as a reconcile computing its desired state */ }
+      done++;
+      return Promise.resolve();
+    },
+  });
+  const stop = new AbortController();
+  let doneAtTimer = -1;
+  const timer = new Promise<void>((resolve) =>
+    setTimeout(() => {
+      doneAtTimer = done;
+      resolve();
+    }, 0)
+  );
+  const run = c.run(stop.signal, 1_000);
+  await timer;
+  await until("the whole pass", () => done === keys.length);
+  stop.abort();
+  await run;
+  assert(
+    doneAtTimer < keys.length / 2,
+    `a timer due at the start ran only after ${doneAtTimer} of ${keys.length} reconciles`,
+  );
+});
