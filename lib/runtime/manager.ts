@@ -35,6 +35,7 @@ import { KubeClient, type KubeObject } from "../kube/client.ts";
 import { ApiError, isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { realClock } from "./clock.ts";
+import { collectGarbage, exposedGc, IDLE_GC_POLL_MS, idleCollectionDue } from "./collect.ts";
 import {
   Controller,
   type ControllerDefinition,
@@ -156,15 +157,6 @@ export interface ManagerOptions {
   startGate?: Promise<unknown>;
 }
 
-/**
- * After the first pass, a burst of at least this many finished reconciles (all controllers)
- * followed by an idle moment earns one more full garbage collection.
- */
-export const IDLE_GC_MIN_RECONCILES = 500;
-/** Shortest time (ms) between two of those collections. */
-export const IDLE_GC_MIN_INTERVAL_MS = 30_000;
-/** How often (ms) the manager looks for that idle moment (two idle looks in a row are needed). */
-export const IDLE_GC_POLL_MS = 1_000;
 /** How often (ms) the manager looks whether the first pass is over, for its first GC. */
 export const FIRST_PASS_POLL_MS = 250;
 /** Longest wait (ms) after the sync for the first pass to end before that GC runs anyway. */
@@ -547,51 +539,47 @@ export class Manager {
   }
 
   /**
-   * A full garbage collection once the initial lists are in and every controller's first pass
-   * is over (its queue empty and no reconcile running, checked every
-   * {@link FIRST_PASS_POLL_MS}; a standby's queues never drain, so at most
+   * A memory-reducing full garbage collection (collect.ts) once the initial lists are in and
+   * every controller's first pass is over (its queue empty and no reconcile running, checked
+   * every {@link FIRST_PASS_POLL_MS}; a standby's queues never drain, so at most
    * {@link FIRST_PASS_MAX_WAIT_MS} after the sync), and again whenever the controllers go idle
-   * after a burst of work (at least {@link IDLE_GC_MIN_RECONCILES} reconciles, at most once every
-   * {@link IDLE_GC_MIN_INTERVAL_MS}). The lists' pages and a burst of reconciles leave garbage
-   * that V8 would otherwise keep, committed, until its next major GC, which an idle operator may
-   * not need for a long time: the returned memory is what an operator at rest shows (Go's
-   * runtime returns idle heap to the OS by itself, its scavenger). Each collection is two
-   * `gc()` calls: the second finishes the first one's sweeping and only then are emptied pages
-   * released (measured at N=1,000 after a restart, deno task bench: 93.1 MiB RSS after the
-   * first pass with one call, 85.2 after the memory report's two; BENCHMARKS.md, memory
-   * section). Only where V8 exposes `gc` (`--v8-flags=--expose-gc`, in `deno task start`'s
-   * flags); a no-op otherwise.
+   * with enough new heap since the last one (`idleCollectionDue`, looked at every
+   * `IDLE_GC_POLL_MS`). The lists' pages and a burst of reconciles leave garbage and emptied
+   * pages that V8 would otherwise keep committed until its next major GC, which an idle operator
+   * may not need for a long time: the memory given back is what an operator at rest shows (Go's
+   * runtime returns idle heap to the OS by itself, its scavenger). Only where V8 exposes `gc`
+   * (`--v8-flags=--expose-gc`, in `deno task start`'s flags); a no-op otherwise.
    */
   #collectAfterFirstPass(allInformers: Informer<KubeObject>[], signal: AbortSignal): void {
-    const gcFn = (globalThis as { gc?: () => void }).gc;
-    if (typeof gcFn !== "function") return;
+    const gc = exposedGc();
+    if (!gc) return;
+    let lastMs = 0;
+    let liveAfterLast = 0;
     const collect = (why: string) => {
       const t0 = performance.now();
-      gcFn();
-      gcFn();
-      this.#log.debug("Collected garbage", { why, ms: Math.round(performance.now() - t0) });
+      liveAfterLast = collectGarbage(gc);
+      lastMs = performance.now();
+      this.#log.debug("Collected garbage", {
+        why,
+        ms: Math.round(lastMs - t0),
+        liveMiB: Math.round(liveAfterLast / 2 ** 20 * 10) / 10,
+      });
     };
     const busy = () =>
       this.#controllers.some(({ controller }) =>
         controller.queue.depth > 0 || controller.activeWorkers > 0
       );
-    const completed = () =>
-      this.#controllers.reduce((n, { controller }) => n + controller.queue.completed, 0);
-    const afterBursts = () => {
-      let lastMs = performance.now();
-      let lastCompleted = completed();
+    const whenIdle = () => {
       let idleLooks = 0;
       const timer = setInterval(() => {
-        if (busy()) {
-          idleLooks = 0;
-          return;
-        }
-        if (++idleLooks < 2) return;
-        if (completed() - lastCompleted < IDLE_GC_MIN_RECONCILES) return;
-        if (performance.now() - lastMs < IDLE_GC_MIN_INTERVAL_MS) return;
-        collect("idle after a burst of reconciles");
-        lastMs = performance.now();
-        lastCompleted = completed();
+        idleLooks = busy() ? 0 : idleLooks + 1;
+        const due = idleCollectionDue({
+          idleLooks,
+          sinceLastMs: performance.now() - lastMs,
+          heapUsedBytes: Deno.memoryUsage().heapUsed,
+          liveAfterLastBytes: liveAfterLast,
+        });
+        if (due) collect("idle with new heap since the last collection");
       }, IDLE_GC_POLL_MS);
       Deno.unrefTimer(timer);
       signal.addEventListener("abort", () => clearInterval(timer), { once: true });
@@ -605,7 +593,7 @@ export class Manager {
       }
       if (signal.aborted) return;
       collect("after the first pass");
-      afterBursts();
+      whenIdle();
     };
     run().catch(() => {});
   }

@@ -13,6 +13,7 @@
  * @module
  */
 import type * as V8 from "node:v8";
+import { collectGarbage, type GcFunction } from "./collect.ts";
 
 /** Environment variable that turns the report on: the `host:port` to serve it on. */
 export const MEMORY_DEBUG_ADDRESS_ENV = "APPSERVICE_DEBUG_MEMORY_ADDRESS";
@@ -45,7 +46,7 @@ export interface MemoryReport {
   code: Record<string, number>;
 }
 
-let gcFn: (() => void) | undefined | null;
+let gcFn: GcFunction | undefined | null;
 let v8mod: typeof V8 | undefined;
 
 async function v8(): Promise<typeof V8> {
@@ -56,27 +57,29 @@ async function v8(): Promise<typeof V8> {
  * The `gc()` function V8 exposes with `--expose-gc`, set at run time (Node's documented
  * `v8.setFlagsFromString` + `vm.runInNewContext` recipe); null where that is not possible.
  */
-async function gcFunction(): Promise<(() => void) | null> {
+async function gcFunction(): Promise<GcFunction | null> {
   if (gcFn !== undefined) return gcFn;
   try {
     (await v8()).setFlagsFromString("--expose-gc");
     const vm = await import("node:vm");
     const f = vm.runInNewContext("gc");
-    gcFn = typeof f === "function" ? f as () => void : null;
+    gcFn = typeof f === "function" ? f as GcFunction : null;
   } catch {
     gcFn = null;
   }
   return gcFn;
 }
 
-/** Takes a {@link MemoryReport}; with `gc`, after a full garbage collection (run twice). */
+/**
+ * Takes a {@link MemoryReport}; with `gc`, after the same memory-reducing full collection the
+ * manager runs at rest (collect.ts `collectGarbage`: V8's last-resort flavour).
+ */
 export async function memoryReport(gc = false): Promise<MemoryReport> {
   let gcForced = false;
   if (gc) {
     const f = await gcFunction();
     if (f) {
-      f();
-      f();
+      collectGarbage(f);
       gcForced = true;
     }
   }
