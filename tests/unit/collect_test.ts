@@ -15,6 +15,7 @@ const MiB = 2 ** 20;
 const due = {
   idleLooks: IDLE_GC_LOOKS,
   sinceLastMs: IDLE_GC_MIN_INTERVAL_MS,
+  reconcilesSinceLast: 0,
   heapUsedBytes: 20 * MiB,
   liveAfterLastBytes: 15 * MiB,
 };
@@ -34,6 +35,12 @@ Deno.test("collect: an idle collection needs idle looks, the interval and enough
     "3 MiB on 100 MiB live is under 10%",
   );
   assert(idleCollectionDue({ ...due, liveAfterLastBytes: 100 * MiB, heapUsedBytes: 111 * MiB }));
+  // After work, 1 MiB is enough: what was live at the last collection (requests in flight) is
+  // garbage by now, which the growth does not show.
+  const afterWork = { ...due, reconcilesSinceLast: 3, liveAfterLastBytes: 100 * MiB };
+  assert(idleCollectionDue({ ...afterWork, heapUsedBytes: 101 * MiB }));
+  assert(!idleCollectionDue({ ...afterWork, heapUsedBytes: 100.5 * MiB }));
+  assert(!idleCollectionDue({ ...afterWork, heapUsedBytes: 101 * MiB, sinceLastMs: 1_000 }));
   // A heap smaller than after the last collection (V8 collected by itself) earns nothing.
   assert(!idleCollectionDue({ ...due, heapUsedBytes: 10 * MiB }));
 });
