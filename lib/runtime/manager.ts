@@ -543,8 +543,8 @@ export class Manager {
    * every controller's first pass is over (its queue empty and no reconcile running, checked
    * every {@link FIRST_PASS_POLL_MS}; a standby's queues never drain, so at most
    * {@link FIRST_PASS_MAX_WAIT_MS} after the sync), and again whenever the controllers go idle
-   * with enough new heap since the last one (`idleCollectionDue`: 1 MiB after any reconcile,
-   * 2 MiB and 10% at rest; looked at every
+   * after work, or at rest with enough new heap (`idleCollectionDue`: after any reconcile since
+   * the last one, or 2 MiB and 10% of new heap; looked at every
    * `IDLE_GC_POLL_MS`). The lists' pages and a burst of reconciles leave garbage and emptied
    * pages that V8 would otherwise keep committed until its next major GC, which an idle operator
    * may not need for a long time: the memory given back is what an operator at rest shows (Go's
