@@ -7,7 +7,7 @@
  * by itself (its background scavenger); V8 does the same only when the embedder tells it that
  * memory is short (`Isolate::LowMemoryNotification`), which Deno never does. The manager
  * therefore collects itself at two moments (manager.ts): once the first pass is over, and when
- * the controllers go idle with enough new garbage in the heap ({@link idleCollectionDue}).
+ * the controllers go idle after work or with enough new heap ({@link idleCollectionDue}).
  *
  * The collection is V8's memory-reducing one ({@link collectGarbage}): `gc({type: "major",
  * execution: "sync", flavor: "last-resort"})`, V8's `CollectAllAvailableGarbage`, the collection
@@ -91,8 +91,8 @@ export interface IdleState {
 export function idleCollectionDue(s: IdleState): boolean {
   if (s.idleLooks < IDLE_GC_LOOKS) return false;
   if (s.sinceLastMs < IDLE_GC_MIN_INTERVAL_MS) return false;
-  const growth = s.heapUsedBytes - s.liveAfterLastBytes;
   if (s.reconcilesSinceLast > 0) return true;
+  const growth = s.heapUsedBytes - s.liveAfterLastBytes;
   return growth >= IDLE_GC_MIN_GROWTH_BYTES &&
     growth >= IDLE_GC_MIN_GROWTH_RATIO * s.liveAfterLastBytes;
 }

@@ -585,7 +585,7 @@ export class Manager {
           heapUsedBytes: Deno.memoryUsage().heapUsed,
           liveAfterLastBytes: liveAfterLast,
         });
-        if (due) collect("idle with new heap since the last collection");
+        if (due) collect("idle after work or with new heap since the last collection");
       }, IDLE_GC_POLL_MS);
       Deno.unrefTimer(timer);
       signal.addEventListener("abort", () => clearInterval(timer), { once: true });
