@@ -1,11 +1,12 @@
 /**
- * The Pods an AppService wants: names `<name>-<ordinal>` (ordinal 0 to replicas-1), the standard
- * labels, a controller ownerReference, and a spec-hash annotation of the Pod template that tells
- * drift (S8) without comparing defaulted Pod specs field by field.
+ * The Pods an AppService wants: names `<name>-<slot>`, the standard labels, a controller
+ * ownerReference, and a spec-hash annotation of the Pod template that tells drift (S8) without
+ * comparing defaulted Pod specs field by field.
  *
- * Why ordinals and not generated suffixes: a name is its own create-once guard. A reconcile that
- * runs on a stale cache can only get AlreadyExists, never a duplicate Pod, so there are never more
- * than `replicas` Pods of the current name range (plus ones still terminating).
+ * Why slots and not generated suffixes: a name is its own create-once guard. There are
+ * `replicas + maxSurge` slots (rollout.ts); a Pod of any spec may hold any slot, so old and new
+ * Pods live side by side during a rollout, and a reconcile that runs on a stale cache can only get
+ * AlreadyExists, never a Pod beyond the slots.
  *
  * @module
  */
@@ -107,24 +108,34 @@ export function podSpec(as: AppService): Pod["spec"] {
   if (s.resources && Object.keys(s.resources).length) {
     container.resources = s.resources as Container["resources"];
   }
+  // Probes only when set: a spec without them keeps the hash (and the Pods) it had before.
+  if (s.readinessProbe) container.readinessProbe = s.readinessProbe as Container["readinessProbe"];
+  if (s.livenessProbe) container.livenessProbe = s.livenessProbe as Container["livenessProbe"];
+  if (s.startupProbe) container.startupProbe = s.startupProbe as Container["startupProbe"];
   return {
     containers: [container],
     restartPolicy: s.restartPolicy ?? "Always",
   };
 }
 
-/** Hash (10 hex digits of SHA-256) of the Pod template: image, env, ports, resources, restartPolicy. */
+/**
+ * Hash (10 hex digits of SHA-256) of the Pod template: image, env, ports, resources, probes,
+ * restartPolicy.
+ */
 export function specHash(as: AppService): string {
   return createHash("sha256").update(stableJson(podSpec(as))).digest("hex").slice(0, 10);
 }
 
-/** Name of the Pod with this ordinal. */
+/** Name of the Pod in slot `ordinal`. */
 export function podName(as: AppService, ordinal: number): string {
   return `${as.metadata.name}-${ordinal}`;
 }
 
-/** The ordinal of a Pod named `<name>-<n>`, or undefined when the name is not of that form. */
-export function podOrdinal(as: AppService, pod: Pod): number | undefined {
+/**
+ * The slot of a Pod named `<name>-<n>` (`n` from 0 to 999, no leading zero), or undefined when
+ * the name is not of that form.
+ */
+export function podOrdinal(as: Pick<AppService, "metadata">, pod: Pod): number | undefined {
   const prefix = `${as.metadata.name}-`;
   const n = pod.metadata?.name ?? "";
   if (!n.startsWith(prefix)) return undefined;
@@ -132,7 +143,7 @@ export function podOrdinal(as: AppService, pod: Pod): number | undefined {
   return /^(0|[1-9][0-9]{0,2})$/.test(rest) ? Number(rest) : undefined;
 }
 
-/** The full Pod object for ordinal `ordinal`. */
+/** The full Pod object for slot `ordinal`, at the current spec. */
 export function desiredPod(as: AppService, ordinal: number, hash = specHash(as)): Pod {
   return {
     apiVersion: "v1",

@@ -10,19 +10,21 @@
  *    that they are gone, then remove the finalizer with a JSON patch whose `test` op makes it
  *    safe against concurrent change. A failing cleanup keeps the finalizer, sets `Degraded`
  *    (reason CleanupFailed), records a Warning Event and retries with backoff (S6).
- * 3. Otherwise: add the finalizer; delete Pods beyond `replicas` (scale down) and Failed Pods
- *    (with growing delay when the Pod of an ordinal fails again, replacements.ts);
- *    create missing ordinals; replace drifted Pods (spec-hash differs) one at a time while the
- *    others stay Ready (or when none is Ready), deleting first and recreating once the old Pod is
- *    gone, so there are never more than `replicas` Pods plus one terminating (S8); create, update
+ * 3. Otherwise: add the finalizer; plan the Pods (rollout.ts: a pure function of the cached Pods)
+ *    and perform the plan — create Pods of the current spec in free slots first (surge), then
+ *    delete what the plan says: Pods past the slots or beyond `replicas`, Failed Pods when their
+ *    replacement is due (replacements.ts), outdated Pods that are not Ready, and outdated Ready
+ *    Pods while more than `replicas - maxUnavailable` Pods stay available (S22); create, update
  *    or delete the Service; write status only when it changed (S9).
  *
- * A stale cache may cost a retry, never a Pod: creates use fixed names (AlreadyExists), deletes a
+ * A stale cache may cost a retry, never a Pod: creates use slot names (AlreadyExists), deletes a
  * uid precondition, and before deleting any Pod the AppService is read from the API (not the
  * cache); when its generation is newer than the cached one, nothing is deleted and the key is
  * retried until the cache catches up. Without that, a standby taking over with a cache that lags
  * (its apiserver's watch cache stalled) saw an AppService scaled 2 → 4 at 2 and deleted the 2
- * new Pods (tests/e2e/stale_list_test.ts).
+ * new Pods (tests/e2e/stale_list_test.ts). An available Pod that goes within the availability
+ * budget goes only when a list of the Pods from the API (a consistent read) plans the same
+ * deletion, so a Pod that stopped being Ready since the cache saw it is not counted as serving.
  *
  * Status is written with the resourceVersion it was computed from as a precondition (a merge patch
  * carrying `metadata.resourceVersion`; the apiserver answers 409 Conflict when the object changed
@@ -102,6 +104,7 @@ import type { AppService, AppServiceStatusT } from "./schema.ts";
 import { desiredService, serviceMatches, servicePatch } from "./service.ts";
 import { isWriteRejection, type Refusal, RejectedWrites } from "./rejections.ts";
 import { type PodFailure, PodReplacements } from "./replacements.ts";
+import { planRollout, type RolloutCounts, rolloutParams, slotCount } from "./rollout.ts";
 import {
   type CauseSignature,
   type ConditionInput,
@@ -110,7 +113,10 @@ import {
   newCauses,
   podCause,
   podStatuses,
+  progressingCondition,
   readyCondition,
+  REASON_PROGRESS_DEADLINE_EXCEEDED,
+  rolloutProgress,
   statusChanged,
   stuckTerminating,
   TERMINATING_STUCK_AFTER_MS,
@@ -253,30 +259,33 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     });
   }
 
+  /**
+   * The status of `as` with these Pods and conditions. Counts as rollout.ts makes them (`counts`,
+   * or counted here): Ready and available Pods of any spec (during a rollout the old ones serve
+   * too, as `kubectl get pods` shows them); `ready` needs every desired Pod available at the
+   * current spec and none of another spec left (kstatus "Current").
+   */
   function baseStatus(
     as: AppService,
     pods: Pod[],
     conditions: ConditionInput[],
+    counts?: RolloutCounts,
   ): AppServiceStatusT {
-    const replicas = as.spec.replicas ?? 1;
-    const hash = specHash(as);
-    // The Pods that count: of the wanted ordinals, not being deleted. Ready ones of any spec count
-    // as `kubectl get pods` shows them (during a rollout the old ones serve too); `ready` needs
-    // every one Ready at the current spec.
-    const counted = pods.filter((p) =>
-      !p.metadata?.deletionTimestamp && (podOrdinal(as, p) ?? Infinity) < replicas
-    );
-    const updated = counted.filter((p) => p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash);
-    const readyReplicas = counted.filter(isPodReady).length;
+    const params = rolloutParams(as.spec);
+    const replicas = params.replicas;
+    const c = counts ??
+      planRollout(params, specHash(as), as.metadata.name!, pods, "Always", now(), () => Infinity)
+        .counts;
     const generation = as.metadata.generation ?? 0;
     const nowIso = new Date(now()).toISOString();
     return {
-      ready: updated.filter(isPodReady).length >= replicas,
-      replicas: pods.filter((p) => !p.metadata?.deletionTimestamp).length,
+      ready: c.outdated === 0 && c.updated === replicas && c.updatedAvailable === replicas,
+      replicas: c.total - c.terminating,
       selector: Object.entries(selectorLabels(as)).map(([k, v]) => `${k}=${v}`).join(","),
-      readyReplicas,
-      updatedReplicas: updated.length,
-      replicasSummary: `${readyReplicas}/${replicas}`,
+      readyReplicas: c.ready,
+      updatedReplicas: c.updated,
+      availableReplicas: c.available,
+      replicasSummary: `${c.ready}/${replicas}`,
       observedGeneration: generation,
       conditions: mergeConditions(as.status?.conditions, conditions, generation, nowIso),
       podStatuses: podStatuses(pods, now()),
@@ -558,9 +567,12 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       logger.debug("Added finalizer");
     }
 
-    const replicas = as.spec.replicas ?? 1;
+    const params = rolloutParams(as.spec);
+    const replicas = params.replicas;
+    const slots = slotCount(params);
     const hash = specHash(as);
     const generation = as.metadata.generation ?? 0;
+    const restartPolicy = as.spec.restartPolicy ?? "Always";
     const owned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
     // Orphans of this name with this operator's labels (left by --cascade=orphan): adopted.
     const orphans = deps.pods.byIndex(ORPHAN_INDEX, key).filter((p) =>
@@ -575,134 +587,43 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       await restoreLabels(as, p, ctx);
     }
     const failures: Failure[] = [];
-    /** Pods that ended and are (or will be, after their delay) replaced. */
-    const failedPods: { pod: Pod; failure: PodFailure }[] = [];
-    const byOrdinal = new Map<number, Pod>();
-    const toDelete: { pod: Pod; why: string }[] = [];
-    for (const p of owned) {
-      const ord = podOrdinal(as, p);
-      if (p.metadata?.deletionTimestamp) {
-        if (ord !== undefined) byOrdinal.set(ord, p);
-        continue;
-      }
-      if (ord === undefined || ord >= replicas) {
-        toDelete.push({ pod: p, why: "ScaledDown" });
-      } else if (
-        p.status?.phase === "Failed" ||
-        (p.status?.phase === "Succeeded" && (as.spec.restartPolicy ?? "Always") === "Always")
-      ) {
-        // Replaced with growing delay when it keeps failing (replacements.ts).
-        const f = replacements.failed(
-          key,
-          ord,
-          p.metadata?.uid ?? "",
-          p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] ?? "",
-        );
-        if (f.dueMs <= now()) {
-          toDelete.push({ pod: p, why: p.status?.phase === "Failed" ? "PodFailed" : "PodExited" });
-        }
-        failedPods.push({ pod: p, failure: f });
-        byOrdinal.set(ord, p);
-      } else {
-        byOrdinal.set(ord, p);
-      }
-    }
-
-    // Rolling replacement of drifted Pods, one at a time.
-    const live = [...byOrdinal.values()];
-    const terminating = live.filter((p) => p.metadata?.deletionTimestamp).length;
-    const outdated = live.filter((p) =>
-      !p.metadata?.deletionTimestamp && p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] !== hash
+    /** Failed Pods of the current spec: replaced when due (replacements.ts), reported meanwhile. */
+    const failureOf = new Map<Pod, PodFailure>();
+    const failureDue = (p: Pod, slot: number) => {
+      const f = replacements.failed(
+        key,
+        slot,
+        p.metadata?.uid ?? "",
+        p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] ?? "",
+      );
+      failureOf.set(p, f);
+      return f.dueMs;
+    };
+    const plan = planRollout(
+      params,
+      hash,
+      name,
+      owned,
+      restartPolicy,
+      now(),
+      failureDue,
+      replacements.slots(key),
     );
-    const current = live.filter((p) =>
-      !p.metadata?.deletionTimestamp && p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash
-    );
-    const anyReady = live.some((p) => !p.metadata?.deletionTimestamp && isPodReady(p));
-    const replacing = toDelete.some((d) => d.why !== "ScaledDown");
-    if (outdated.length > 0 && terminating === 0 && !replacing) {
-      // Proceed only when every other Pod is Ready (or none is Ready: nothing to protect).
-      const candidate = outdated.find((p) => !isPodReady(p)) ?? outdated[0];
-      const othersReady = live.every((p) => p === candidate || isPodReady(p));
-      const missing = replicas - live.length;
-      const podHeld = rejected.held(key, generation, "pod-create");
-      if (podHeld) {
-        failures.push(held(REASON_POD_CREATE_REJECTED, podHeld));
-      } else if ((othersReady && missing === 0) || !anyReady) {
-        // Delete only if the replacement would be admitted: a spec the CRD accepts but an
-        // admission policy, a quota or Pod Security refuses must not cost a running Pod.
-        // (generateName, so the dry run does not collide with the Pod it would replace.)
-        const ord = podOrdinal(as, candidate)!;
-        const probe = desiredPod(as, ord, hash);
-        probe.metadata = {
-          ...probe.metadata,
-          generateName: `${probe.metadata!.name}-`,
-          name: undefined,
-        };
-        try {
-          await client.create<Pod>(PODS, probe, {
-            fieldManager: FIELD_MANAGER,
-            dryRun: true,
-            signal,
-          });
-          rejected.succeeded(key, "pod-create");
-          toDelete.push({ pod: candidate, why: "SpecChanged" });
-        } catch (err) {
-          rethrowIfAbortive(err);
-          if (namespaceClosed(as, err)) return; // being deleted (S21): nothing to roll out
-          const what = `the new Pod template (dry run), keeping ${candidate.metadata?.name}:`;
-          failures.push(
-            isWriteRejection(err)
-              ? refusal(key, as, "pod-create", REASON_POD_CREATE_REJECTED, what, err)
-              : { reason: "FailedCreatePod", message: `${what} ${errorText(err)}` },
-          );
-        }
-      }
-    }
+    const failedPods = [...plan.failedDue, ...plan.held].map((h) => ({
+      pod: h.pod,
+      failure: failureOf.get(h.pod)!,
+    }));
 
-    // Deletions follow from the spec: only from the live one (see the module doc).
-    if (toDelete.length > 0) {
-      const live = await cachedSpecIsLive(as, signal);
-      if (live === undefined) return;
-      if (!live) {
-        logger.info(
-          "The cached AppService is older than the live one; deleting no Pod until the cache catches up",
-        );
-        return { requeue: true };
-      }
-    }
-
-    for (const { pod, why } of toDelete) {
-      try {
-        await deleteIgnoringNotFound("Pod", pod, signal);
-        logger.info("Deleted Pod", { pod: pod.metadata?.name, reason: why });
-        events.record(as, {
-          type: "Normal",
-          reason: why === "SpecChanged" ? "PodReplaced" : "PodDeleted",
-          action: "Delete",
-          note: `Deleted Pod ${pod.metadata?.name} (${why})`,
-          related: pod,
-        });
-      } catch (err) {
-        rethrowIfAbortive(err);
-        failures.push({
-          reason: "FailedDeletePod",
-          message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
-        });
-      }
-    }
-
-    // Create missing ordinals (none while a refused create waits for its slow retry).
+    // 1. Creates first (surge), lowest free slot first; none while a refused create waits for its
+    // slow retry. A create that goes through proves the new template is admitted.
     let created = 0;
+    let createRefused = false;
     const createHeld = rejected.held(key, generation, "pod-create");
-    if (
-      createHeld && byOrdinal.size < replicas &&
-      !failures.some((f) => f.reason === REASON_POD_CREATE_REJECTED)
-    ) {
+    if (createHeld && plan.create.length > 0) {
       failures.push(held(REASON_POD_CREATE_REJECTED, createHeld));
     }
-    for (let i = 0; i < replicas && !createHeld; i++) {
-      if (byOrdinal.has(i)) continue;
-      const pod = desiredPod(as, i, hash);
+    for (const slot of createHeld ? [] : plan.create) {
+      const pod = desiredPod(as, slot, hash);
       try {
         const made = await client.create<Pod>(PODS, pod, { fieldManager: FIELD_MANAGER, signal });
         rejected.succeeded(key, "pod-create");
@@ -743,8 +664,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           }
           continue;
         }
+        createRefused = true;
         if (isWriteRejection(err)) {
-          // The other ordinals would be refused alike: one attempt per retry.
+          // The other slots would be refused alike: one attempt per retry.
           failures.push(
             refusal(
               key,
@@ -759,6 +681,106 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         }
         failures.push({
           reason: "FailedCreatePod",
+          message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
+        });
+      }
+    }
+
+    // 2. Deletes. An available Pod of another spec goes only within the availability budget, and
+    // only when the new template is admitted: proven by a create that went through or a Pod of it
+    // that exists, else by a dry run (a spec the CRD accepts but an admission policy, a quota or
+    // Pod Security refuses must not cost a running Pod; generateName, so the dry run does not
+    // collide with a Pod of that name).
+    let toDelete = plan.delete;
+    if (toDelete.some((d) => d.withinBudget)) {
+      const proven = created > 0 ||
+        owned.some((p) =>
+          !p.metadata?.deletionTimestamp && p.metadata?.annotations?.[SPEC_HASH_ANNOTATION] === hash
+        );
+      let admitted = proven && !createRefused;
+      if (!proven && !createRefused && !createHeld) {
+        const probe = desiredPod(as, 0, hash);
+        probe.metadata = { ...probe.metadata, generateName: `${name}-`, name: undefined };
+        try {
+          await client.create<Pod>(PODS, probe, {
+            fieldManager: FIELD_MANAGER,
+            dryRun: true,
+            signal,
+          });
+          rejected.succeeded(key, "pod-create");
+          admitted = true;
+        } catch (err) {
+          rethrowIfAbortive(err);
+          if (namespaceClosed(as, err)) return; // being deleted (S21): nothing to roll out
+          const what = "the new Pod template (dry run), keeping the Pods that serve:";
+          failures.push(
+            isWriteRejection(err)
+              ? refusal(key, as, "pod-create", REASON_POD_CREATE_REJECTED, what, err)
+              : { reason: "FailedCreatePod", message: `${what} ${errorText(err)}` },
+          );
+        }
+      }
+      if (!admitted) toDelete = toDelete.filter((d) => !d.withinBudget);
+    }
+
+    // Deletions follow from the spec: only from the live one (see the module doc); and an
+    // available Pod goes only if a consistent read of the Pods agrees that enough others are
+    // available (a cache behind the apiserver must not spend the budget twice).
+    if (toDelete.length > 0) {
+      const live = await cachedSpecIsLive(as, signal);
+      if (live === undefined) return;
+      if (!live) {
+        logger.info(
+          "The cached AppService is older than the live one; deleting no Pod until the cache catches up",
+        );
+        return { requeue: true };
+      }
+      if (toDelete.some((d) => d.withinBudget)) {
+        const listed = await client.listAll<Pod>(PODS, {
+          namespace: ns,
+          labelSelector: MANAGED_SELECTOR,
+          signal,
+        });
+        const livePods = listed.items.filter((p) =>
+          p.metadata?.ownerReferences?.some((r) => r.controller && r.uid === as.metadata.uid)
+        );
+        const livePlan = planRollout(
+          params,
+          hash,
+          name,
+          livePods,
+          restartPolicy,
+          now(),
+          () => Infinity,
+        );
+        const agreed = new Set(
+          livePlan.delete.filter((d) => d.withinBudget).map((d) => d.pod.metadata?.uid),
+        );
+        const dropped = toDelete.filter((d) => d.withinBudget && !agreed.has(d.pod.metadata?.uid));
+        if (dropped.length > 0) {
+          logger.debug("The cache shows more Pods available than the apiserver; keeping Pods", {
+            pods: dropped.map((d) => d.pod.metadata?.name).join(","),
+          });
+          toDelete = toDelete.filter((d) => !dropped.includes(d));
+        }
+      }
+    }
+
+    for (const { pod, why } of toDelete) {
+      try {
+        await deleteIgnoringNotFound("Pod", pod, signal);
+        logger.info("Deleted Pod", { pod: pod.metadata?.name, reason: why });
+        events.record(as, {
+          type: "Normal",
+          reason: why === "SpecChanged" ? "PodReplaced" : "PodDeleted",
+          action: "Delete",
+          note: `Deleted Pod ${pod.metadata?.name} (${why})`,
+          related: pod,
+        });
+      } catch (err) {
+        rethrowIfAbortive(err);
+        failures.push({
+          reason: "FailedDeletePod",
           message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
         });
       }
@@ -849,72 +871,66 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       }
     }
 
-    // Status.
-    const podsNow = owned;
+    // Status, from the cache's view before this round's writes (their watch events follow).
+    const c = plan.counts;
+    const nowMs = now();
     /** The earliest time a held failed Pod may be replaced (ms), if any is held. */
-    const heldFailedDueMs = Math.min(
-      ...failedPods.filter((f) => f.failure.dueMs > now()).map((f) => f.failure.dueMs),
-    );
+    const heldFailedDueMs = Math.min(...plan.held.map((h) => h.dueMs));
     /** When a Pod being deleted counts as stuck terminating (ms), if one may yet (status.ts). */
     const stuckTerminatingAtMs = Math.min(
       ...owned.filter((p) => p.metadata?.deletionTimestamp).map((p) =>
         Date.parse(p.metadata!.deletionTimestamp!) + TERMINATING_STUCK_AFTER_MS
-      ).filter((t) => t > now()),
+      ).filter((t) => t > nowMs),
     );
-    /** When this reconcile wants to run again by itself (ms), or Infinity. */
-    const wakeAtMs = Math.min(heldFailedDueMs, stuckTerminatingAtMs);
-    const st = baseStatus(as, podsNow, []);
-    const converged = outdated.length === 0 && terminating === 0 && toDelete.length === 0 &&
-      created === 0 && current.length === replicas;
-    const progressingReason = outdated.length > 0
-      ? "RollingUpdate"
-      : current.length + created < replicas || toDelete.length > 0 || terminating > 0
-      ? "Scaling"
-      : "Creating";
-    // Pods that count for readiness: not being deleted, of the wanted ordinals.
-    const counted = owned.filter((p) =>
-      !p.metadata?.deletionTimestamp && (podOrdinal(as, p) ?? Infinity) < replicas
-    );
-    // The Pods of the wanted ordinals, being deleted or not: one stuck terminating is named.
-    const ofOrdinals = owned.filter((p) => (podOrdinal(as, p) ?? Infinity) < replicas);
+    const st = baseStatus(as, owned, [], c);
+    // Nothing left to do but wait for Pods: every Pod at the current spec, none going.
+    const converged = c.outdated === 0 && c.terminating === 0 && plan.delete.length === 0 &&
+      plan.create.length === 0 && c.updated === replicas;
+    // The Pods of the slots, being deleted or not: a stuck one (terminating too) is named.
+    const ofSlots = owned.filter((p) => (podOrdinal(as, p) ?? Infinity) < slots);
+    const counted = ofSlots.filter((p) => !p.metadata?.deletionTimestamp);
     // Pods that exited 0 under restartPolicy OnFailure or Never: kept, never restarted.
     const completed = counted.filter((p) =>
-      p.status?.phase === "Succeeded" && (as.spec.restartPolicy ?? "Always") !== "Always"
+      p.status?.phase === "Succeeded" && restartPolicy !== "Always"
     );
+    const minAvailable = replicas - params.maxUnavailable;
+    const availableText = `${c.available}/${replicas} Pods available (at least ${minAvailable} ` +
+      "needed)";
+    const progress = rolloutProgress(as, st, params, nowMs);
+    const progressing: ConditionInput = converged && st.ready
+      ? {
+        type: "Progressing",
+        status: "False",
+        reason: "Complete",
+        message: `${replicas} Pod(s) at spec hash ${hash}`,
+      }
+      : converged && completed.length > 0 &&
+          counted.every((p) => isPodReady(p) || completed.includes(p))
+      ? {
+        // Nothing more will happen by itself: those Pods are done and are not restarted.
+        type: "Progressing",
+        status: "False",
+        reason: "Completed",
+        message: `${replicas} Pod(s) at spec hash ${hash}; completed and not restarted: ${
+          completed.map((p) => p.metadata?.name).join(", ")
+        }`,
+      }
+      : progressingCondition(c, plan, params, hash, converged, progress, nowMs);
     const conditions: ConditionInput[] = [
-      readyCondition(ofOrdinals, st.readyReplicas ?? 0, replicas, st.ready === true, {
+      readyCondition(ofSlots, st.readyReplicas ?? 0, replicas, st.ready === true, {
         updated: st.updatedReplicas,
-        outdated: outdated.length,
-        nowMs: now(),
+        outdated: c.outdated,
+        nowMs,
       }),
-      converged && st.ready
-        ? {
-          type: "Progressing",
-          status: "False",
-          reason: "Complete",
-          message: `${replicas} Pod(s) at spec hash ${hash}`,
-        }
-        : converged && completed.length > 0 &&
-            counted.every((p) => isPodReady(p) || completed.includes(p))
-        ? {
-          // Nothing more will happen by itself: those Pods are done and are not restarted.
-          type: "Progressing",
-          status: "False",
-          reason: "Completed",
-          message: `${replicas} Pod(s) at spec hash ${hash}; completed and not restarted: ${
-            completed.map((p) => p.metadata?.name).join(", ")
-          }`,
-        }
-        : {
-          type: "Progressing",
-          status: "True",
-          reason: converged ? "WaitingForReady" : progressingReason,
-          message: converged
-            ? "waiting for Pods to become Ready"
-            : `${outdated.length} outdated, ${terminating} terminating, ${
-              Math.max(0, replicas - live.length)
-            } missing`,
-        },
+      {
+        type: "Available",
+        status: c.available >= minAvailable ? "True" : "False",
+        reason: c.available >= minAvailable
+          ? "MinimumReplicasAvailable"
+          : "MinimumReplicasUnavailable",
+        message: availableText,
+      },
+      progressing,
       failures.length > 0
         ? {
           type: "Degraded",
@@ -931,8 +947,17 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         }
         : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
     ];
-    const next = baseStatus(as, podsNow, conditions);
-    const stuck = newCauses(ofOrdinals, seenCauses.get(key), as.status?.podStatuses, now());
+    const next = baseStatus(as, owned, conditions, c);
+    /** When this reconcile wants to run again by itself (ms), or Infinity. */
+    const wakeAtMs = Math.min(
+      heldFailedDueMs,
+      stuckTerminatingAtMs,
+      plan.nextAvailableAtMs,
+      progressing.reason === REASON_PROGRESS_DEADLINE_EXCEEDED || progressing.status === "False"
+        ? Infinity
+        : progress.deadlineAtMs,
+    );
+    const stuck = newCauses(ofSlots, seenCauses.get(key), as.status?.podStatuses, nowMs);
     let statusOutdated = false;
     try {
       await writeStatus(as, next, signal);
@@ -947,6 +972,23 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       });
     }
     if (!statusOutdated) seenCauses.set(key, stuck.signatures);
+    const wasExceeded = as.status?.conditions?.some((x) =>
+      x.type === "Progressing" && x.reason === REASON_PROGRESS_DEADLINE_EXCEEDED
+    );
+    if (
+      !statusOutdated && progressing.reason === REASON_PROGRESS_DEADLINE_EXCEEDED && !wasExceeded
+    ) {
+      logger.warn("The rollout made no progress within its deadline", {
+        specHash: hash,
+        progressDeadlineSeconds: params.progressDeadlineSeconds,
+      });
+      events.record(as, {
+        type: "Warning",
+        reason: REASON_PROGRESS_DEADLINE_EXCEEDED,
+        action: "Rollout",
+        note: progressing.message,
+      });
+    }
     for (const { pod, cause } of statusOutdated ? [] : stuck.occurrences) {
       events.record(as, {
         type: "Warning",

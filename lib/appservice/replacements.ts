@@ -14,7 +14,7 @@
  * changed the AppService: the new spec gets a fresh start). While held, the Failed Pod stays, so
  * its logs and `kubectl describe` remain readable.
  *
- * The record lives in memory, per AppService key and ordinal (as the kubelet's and client-go's
+ * The record lives in memory, per AppService key and slot (as the kubelet's and client-go's
  * `flowcontrol.Backoff`); after a restart of the operator the next failure counts as the first.
  *
  * @module
@@ -78,6 +78,16 @@ export class PodReplacements {
     const e: Entry = { failures, delayMs, dueMs: now + delayMs, uid, hash, seenMs: now };
     ords.set(ordinal, e);
     return e;
+  }
+
+  /** Slots of `key` with a failure recorded within the reset period (the planner's preference). */
+  slots(key: string): Set<number> {
+    const now = this.#now();
+    const out = new Set<number>();
+    for (const [ord, e] of this.#byKey.get(key) ?? []) {
+      if (now - e.seenMs < POD_REPLACE_BACKOFF_RESET_MS) out.add(ord);
+    }
+    return out;
   }
 
   /** Forgets everything about `key` (the AppService is gone). */

@@ -20,7 +20,7 @@ import {
   quantityIsInteger,
   quantityNanos,
 } from "./quantity.ts";
-import { celRule, celString, checkRules } from "./rules.ts";
+import { type CelRule, celRule, celString, checkRules } from "./rules.ts";
 export { APPSERVICES, FINALIZER, GROUP, KIND, PLURAL, VERSION } from "./api.ts";
 
 /**
@@ -478,6 +478,198 @@ export const RestartPolicy = Type.Union([
     "fails again.",
 });
 
+/** Largest value of an int32 field of the Kubernetes API. */
+const INT32_MAX = 2147483647;
+
+/** A non-negative int32 field, in seconds or a count. */
+const NonNegInt32 = (description: string) =>
+  Type.Optional(Type.Integer({ minimum: 0, maximum: INT32_MAX, description }));
+
+/** IANA_SVC_NAME rule twin (IsValidPortName). */
+const isPortName = (n: string) =>
+  /^[a-z0-9]+(-[a-z0-9]+)*$/.test(n) && /[a-z]/.test(n) &&
+  n.length <= 15;
+
+/**
+ * A port by number (1-65535) or by name (IANA_SVC_NAME), as a probe names it (intstr.IntOrString,
+ * validatePortNumOrName).
+ */
+const PortNumOrName = Type.Union([Type.Integer(), Type.String()], {
+  "x-kubernetes-int-or-string": true,
+  maxLength: 15,
+  description: "Port number (1-65535) or the name of a container port.",
+  "x-kubernetes-validations": [
+    celRule(
+      {
+        rule: "type(self) == int ? (self >= 1 && self <= 65535) : " +
+          "(self.matches('^[a-z0-9]+(-[a-z0-9]+)*$') && self.matches('[a-z]'))",
+        message: `must be a port number from 1 to 65535 or a port name that ${PORT_NAME_MESSAGE}`,
+      },
+      (v: unknown) =>
+        typeof v === "number"
+          ? Number.isInteger(v) && v >= 1 && v <= 65535
+          : typeof v === "string" && isPortName(v),
+    ),
+  ],
+});
+
+const PROBE_HANDLERS = ["exec", "httpGet", "tcpSocket", "grpc"] as const;
+
+/** A probe has exactly one handler (validateHandler). */
+const PROBE_ONE_HANDLER = celRule({
+  rule: PROBE_HANDLERS.map((k) => `(has(self.${k}) ? 1 : 0)`).join(" + ") + " == 1",
+  message: `must set exactly one handler: ${PROBE_HANDLERS.join(", ")}`,
+}, (v) => PROBE_HANDLERS.filter((k) => v[k] !== undefined).length === 1);
+/** A readiness probe has no terminationGracePeriodSeconds (validateReadinessProbe). */
+const PROBE_NO_GRACE = celRule({
+  rule: "!has(self.terminationGracePeriodSeconds)",
+  message: "must not be set for readinessProbes",
+  fieldPath: ".terminationGracePeriodSeconds",
+  reason: "FieldValueForbidden",
+}, (v) => v.terminationGracePeriodSeconds === undefined);
+/** Liveness and startup probes pass after one success (validateLivenessProbe, ...Startup...). */
+const PROBE_SUCCESS_ONE = celRule({
+  rule: "!has(self.successThreshold) || self.successThreshold <= 1",
+  message: "must be 1 for liveness and startup probes",
+  fieldPath: ".successThreshold",
+}, (v) => v.successThreshold === undefined || v.successThreshold <= 1);
+
+/**
+ * core/v1 Probe (validateProbe, validateHandler): exactly one handler; thresholds and times not
+ * negative (0 takes the apiserver's default: timeout 1 s, period 10 s, success 1, failure 3);
+ * `successThreshold` only 1 for liveness and startup probes (validateLivenessProbe,
+ * validateStartupProbe); `terminationGracePeriodSeconds` above 0 and not on a readiness probe.
+ */
+function probe(kind: "readiness" | "liveness" | "startup", description: string) {
+  const rules = [PROBE_ONE_HANDLER, kind === "readiness" ? PROBE_NO_GRACE : PROBE_SUCCESS_ONE];
+  return Type.Object({
+    exec: Type.Optional(Type.Object({
+      command: Type.Array(Type.String(), {
+        minItems: 1,
+        maxItems: 64,
+        description: "The command and its arguments, run in the container (no shell); exit 0 " +
+          "passes.",
+      }),
+    }, { description: "Run a command in the container." })),
+    httpGet: Type.Optional(Type.Object({
+      path: Type.Optional(Type.String({ maxLength: 2048, description: "Path, e.g. /healthz." })),
+      port: PortNumOrName,
+      host: Type.Optional(Type.String({
+        maxLength: 253,
+        description: "Host to connect to (default: the Pod IP).",
+      })),
+      scheme: Type.Optional(Type.Union([Type.Literal("HTTP"), Type.Literal("HTTPS")], {
+        description: "HTTP (default) or HTTPS.",
+      })),
+      httpHeaders: Type.Optional(Type.Array(
+        Type.Object({
+          name: Type.String({
+            minLength: 1,
+            maxLength: 256,
+            pattern: "^[-A-Za-z0-9]+$",
+            description: "Header name.",
+          }),
+          value: Type.String({ maxLength: 4096, description: "Header value." }),
+        }),
+        { maxItems: 20, description: "Headers to send." },
+      )),
+    }, { description: "An HTTP GET; a status from 200 to 399 passes." })),
+    tcpSocket: Type.Optional(Type.Object({
+      port: PortNumOrName,
+      host: Type.Optional(Type.String({
+        maxLength: 253,
+        description: "Host to connect to (default: the Pod IP).",
+      })),
+    }, { description: "A TCP connection; opening it passes." })),
+    grpc: Type.Optional(Type.Object({
+      port: Type.Integer({ minimum: 1, maximum: 65535, description: "Port number." }),
+      service: Type.Optional(Type.String({
+        maxLength: 256,
+        description: "Service name for the gRPC health check (default: the server's).",
+      })),
+    }, { description: "A gRPC health check (grpc.health.v1)." })),
+    initialDelaySeconds: NonNegInt32("Seconds after the container started before the first probe."),
+    timeoutSeconds: NonNegInt32("Seconds before a probe times out (0: default 1)."),
+    periodSeconds: NonNegInt32("Seconds between probes (0: default 10)."),
+    successThreshold: NonNegInt32(
+      "Passes in a row after a failure to count as passing (0: default 1; only 1 for liveness " +
+        "and startup probes).",
+    ),
+    failureThreshold: NonNegInt32("Failures in a row to count as failing (0: default 3)."),
+    terminationGracePeriodSeconds: Type.Optional(Type.Integer({
+      minimum: 1,
+      maximum: INT32_MAX,
+      description: "Grace period when a failing probe kills the container (liveness and startup " +
+        "probes only).",
+    })),
+  }, { description, "x-kubernetes-validations": rules });
+}
+
+/** The int-or-percent rule with percentages up to `maxPercent` (one registration per bound). */
+function intOrPercentRule(maxPercent: number) {
+  return celRule(
+    {
+      rule: "type(self) == int ? (self >= 0 && self <= 999) : " +
+        `(self.matches('^[0-9]{1,3}%$') && int(self.replace('%', '')) <= ${maxPercent})`,
+      message: `must be a whole number from 0 to 999 or a percentage from 0% to ${maxPercent}%`,
+    },
+    (v: unknown) =>
+      typeof v === "number"
+        ? Number.isInteger(v) && v >= 0 && v <= 999
+        : typeof v === "string" && /^[0-9]{1,3}%$/.test(v) && Number(v.slice(0, -1)) <= maxPercent,
+  );
+}
+const SURGE_RULE = intOrPercentRule(999);
+const UNAVAILABLE_RULE = intOrPercentRule(100);
+
+/**
+ * An int-or-percent (`3` or `"25%"`), as Deployment's rollingUpdate takes it, checked by `rule`
+ * ({@link SURGE_RULE} or {@link UNAVAILABLE_RULE}).
+ */
+function intOrPercent(description: string, rule: CelRule) {
+  return Type.Union([Type.Integer(), Type.String()], {
+    "x-kubernetes-int-or-string": true,
+    maxLength: 5,
+    description,
+    "x-kubernetes-validations": [rule],
+  });
+}
+
+/** `maxSurge` and `maxUnavailable` both zero (or maxSurge zero and maxUnavailable left out). */
+const ZERO_RE = /^0+%?$/;
+
+/** spec.strategy: how Pods are replaced when the spec changes (Deployment's RollingUpdate). */
+export const Strategy = Type.Object({
+  rollingUpdate: Type.Optional(Type.Object({
+    maxSurge: Type.Optional(intOrPercent(
+      "Pods that may exist above replicas during a rollout: a number, or a percentage of " +
+        "replicas rounded up (default 25%, at least 1 Pod).",
+      SURGE_RULE,
+    )),
+    maxUnavailable: Type.Optional(intOrPercent(
+      "Pods that may be unavailable below replicas during a rollout: a number, or a " +
+        "percentage of replicas rounded down (default 0: capacity never drops).",
+      UNAVAILABLE_RULE,
+    )),
+  }, {
+    description: "Bounds of a rolling update.",
+    "x-kubernetes-validations": [
+      celRule({
+        rule: "!(has(self.maxSurge) && string(self.maxSurge).matches('^0+%?$') && " +
+          "(!has(self.maxUnavailable) || string(self.maxUnavailable).matches('^0+%?$')))",
+        message: "maxSurge and maxUnavailable may not both be 0 (maxUnavailable defaults to 0): " +
+          "no Pod could ever be replaced",
+        fieldPath: ".maxSurge",
+      }, (v) =>
+        !(v.maxSurge !== undefined && ZERO_RE.test(String(v.maxSurge)) &&
+          (v.maxUnavailable === undefined || ZERO_RE.test(String(v.maxUnavailable))))),
+    ],
+  })),
+}, {
+  description: "How Pods are replaced when the spec changes: new Pods first (maxSurge), while at " +
+    "least replicas - maxUnavailable Pods stay available.",
+});
+
 /** AppService spec. */
 export const AppServiceSpec = Type.Object({
   image: Type.String({
@@ -505,15 +697,55 @@ export const AppServiceSpec = Type.Object({
   })),
   ports: Type.Optional(Ports),
   restartPolicy: Type.Optional(RestartPolicy),
+  readinessProbe: Type.Optional(probe(
+    "readiness",
+    "When the container can serve (core/v1 Probe): until it passes, the Pod is not Ready, gets " +
+      "no Service traffic and does not count as available in a rollout. Changing it replaces " +
+      "the Pods.",
+  )),
+  livenessProbe: Type.Optional(probe(
+    "liveness",
+    "When the container must be restarted (core/v1 Probe). Changing it replaces the Pods.",
+  )),
+  startupProbe: Type.Optional(probe(
+    "startup",
+    "Holds the other probes until the app has started (core/v1 Probe). Changing it replaces " +
+      "the Pods.",
+  )),
+  strategy: Type.Optional(Strategy),
+  minReadySeconds: Type.Optional(Type.Integer({
+    minimum: 0,
+    maximum: INT32_MAX,
+    description: "Seconds a Pod must have been Ready to count as available (default 0).",
+  })),
+  progressDeadlineSeconds: Type.Optional(Type.Integer({
+    minimum: 1,
+    maximum: INT32_MAX,
+    description: "Seconds a rollout may make no progress before Progressing turns False with " +
+      "reason ProgressDeadlineExceeded (default 600); the old Pods keep serving.",
+  })),
 }, {
   description: "What to run: `replicas` Pods of one container image, with its env, ports, " +
-    "resources and restartPolicy, and a ClusterIP Service for its ports. A change of anything " +
-    "but replicas replaces the Pods one at a time.",
+    "resources, probes and restartPolicy, and a ClusterIP Service for its ports. A change of " +
+    "anything but replicas and the rollout fields rolls the Pods over, new ones first.",
+  "x-kubernetes-validations": [
+    celRule(
+      {
+        rule: "!has(self.progressDeadlineSeconds) || " +
+          "self.progressDeadlineSeconds > (has(self.minReadySeconds) ? self.minReadySeconds : 0)",
+        message: "must be greater than minReadySeconds",
+        fieldPath: ".progressDeadlineSeconds",
+      },
+      (v) =>
+        v.progressDeadlineSeconds === undefined ||
+        v.progressDeadlineSeconds > (v.minReadySeconds ?? 0),
+    ),
+  ],
 });
 
 /** meta/v1 Condition. */
 export const Condition = Type.Object({
-  type: Type.String({ description: "Ready, Progressing or Degraded." }),
+  type: Type.String({ description: "Ready, Available, Progressing or Degraded." }),
   status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")], {
     description: "True, False or Unknown.",
   }),
@@ -526,6 +758,11 @@ export const Condition = Type.Object({
   observedGeneration: Type.Optional(Type.Integer({
     minimum: 0,
     description: "The metadata.generation the condition was computed from.",
+  })),
+  lastUpdateTime: Type.Optional(Type.String({
+    format: "date-time",
+    description: "Progressing only, while a rollout runs: when it last made progress (as " +
+      "Deployment's condition); progressDeadlineSeconds counts from here.",
   })),
 });
 
@@ -559,7 +796,7 @@ export const ContainerStatusEntry = Type.Object({
 
 /** One owned Pod as reported in status. */
 export const PodStatusEntry = Type.Object({
-  name: Type.String({ description: "Pod name, <AppService name>-<ordinal>." }),
+  name: Type.String({ description: "Pod name, <AppService name>-<slot>." }),
   phase: Type.String({
     description: "Pending, Running, Succeeded, Failed, or Terminating while being deleted.",
   }),
@@ -591,11 +828,17 @@ export const AppServiceStatus = Type.Object({
   })),
   readyReplicas: Type.Optional(Type.Integer({
     minimum: 0,
-    description: "Desired Pods that are Ready, from any spec (during a rollout, old ones too).",
+    description: "Pods that are Ready, of any spec, not terminating (during a rollout, old ones " +
+      "too).",
   })),
   updatedReplicas: Type.Optional(Type.Integer({
     minimum: 0,
-    description: "Desired Pods made from the current spec (Ready or not).",
+    description: "Pods made from the current spec, not terminating (Ready or not).",
+  })),
+  availableReplicas: Type.Optional(Type.Integer({
+    minimum: 0,
+    description: "Pods of any spec that are available: Ready for minReadySeconds and not " +
+      "terminating (the Available condition compares it with replicas - maxUnavailable).",
   })),
   replicasSummary: Type.Optional(Type.String({
     description: "readyReplicas/replicas, for the Replicas column of kubectl get.",
@@ -609,7 +852,7 @@ export const AppServiceStatus = Type.Object({
     description: "When the operator last changed this status.",
   })),
   conditions: Type.Optional(Type.Array(Condition, {
-    description: "Ready, Progressing and Degraded, each with reason, message and " +
+    description: "Ready, Available, Progressing and Degraded, each with reason, message and " +
       "observedGeneration.",
   })),
   podStatuses: Type.Optional(Type.Array(PodStatusEntry, {
@@ -727,6 +970,9 @@ export function appServiceCrd(): Record<string, unknown> {
         additionalPrinterColumns: [
           { name: "Ready", type: "boolean", jsonPath: ".status.ready" },
           { name: "Replicas", type: "string", jsonPath: ".status.replicasSummary" },
+          // As `kubectl get deployment` counts: Pods at the current spec, and available Pods.
+          { name: "Up-to-date", type: "integer", jsonPath: ".status.updatedReplicas" },
+          { name: "Available", type: "integer", jsonPath: ".status.availableReplicas" },
           // Why it is (not) Ready: the Ready condition's reason, e.g. ImagePullBackOff.
           {
             name: "Reason",

@@ -20,7 +20,15 @@
  */
 import type { ContainerState, ContainerStatus, Pod } from "kubernetes-types/core/v1.d.ts";
 import { isPodReady, restartCount, stableJson } from "./pods.ts";
+import {
+  madeProgress,
+  type ProgressCounts,
+  type RolloutCounts,
+  type RolloutParams,
+  type RolloutPlan,
+} from "./rollout.ts";
 import type {
+  AppService,
   AppServiceStatusT,
   ConditionT,
   ContainerStateEntryT,
@@ -387,4 +395,77 @@ export function statusChanged(
     return stableJson(rest);
   };
   return strip(old) !== strip(next);
+}
+
+/** Progressing reason of a rollout that made no progress for `progressDeadlineSeconds`. */
+export const REASON_PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded";
+
+/** When a rollout last made progress, and when its deadline passes (ms). */
+export interface RolloutProgress {
+  /** The last progress (ms): now when this observation is progress. */
+  lastProgressMs: number;
+  /** `lastProgressMs + progressDeadlineSeconds` (ms). */
+  deadlineAtMs: number;
+}
+
+/**
+ * When the rollout of `as` last made progress, from its stored status and the counts observed
+ * now (Deployment's progress rule, rollout.ts {@link madeProgress}): now when the spec changed
+ * since the stored status (a new generation), when no earlier progress is stored (the
+ * Progressing condition's `lastUpdateTime`), or when the counts moved forward; else the stored
+ * time.
+ */
+export function rolloutProgress(
+  as: AppService,
+  next: ProgressCounts,
+  params: RolloutParams,
+  nowMs: number,
+): RolloutProgress {
+  const prev = as.status?.conditions?.find((c) => c.type === "Progressing");
+  const prevMs = prev?.lastUpdateTime ? Date.parse(prev.lastUpdateTime) : NaN;
+  const newSpec = as.status?.observedGeneration !== (as.metadata.generation ?? 0);
+  const progressed = newSpec || !Number.isFinite(prevMs) || madeProgress(as.status, next);
+  const lastProgressMs = progressed ? nowMs : prevMs;
+  return { lastProgressMs, deadlineAtMs: lastProgressMs + params.progressDeadlineSeconds * 1000 };
+}
+
+/**
+ * The Progressing condition while the Pods do not yet match the spec: True with the step the
+ * rollout is in (RollingUpdate: Pods of another spec remain; Scaling: Pods to add or remove;
+ * Creating: just created; WaitingForReady: all there, not all available), or False with
+ * {@link REASON_PROGRESS_DEADLINE_EXCEEDED} once nothing moved for `progressDeadlineSeconds`.
+ * Carries `lastUpdateTime` (the last progress).
+ */
+export function progressingCondition(
+  c: RolloutCounts,
+  plan: Pick<RolloutPlan, "create" | "delete">,
+  params: RolloutParams,
+  hash: string,
+  converged: boolean,
+  progress: RolloutProgress,
+  nowMs: number,
+): ConditionInput {
+  const r = params.replicas;
+  const step = `${c.updated}/${r} Pods at spec hash ${hash} (${c.updatedAvailable} available), ` +
+    `${c.outdated} of an older spec, ${c.terminating} terminating; ${c.available} available ` +
+    `in all (maxSurge ${params.maxSurge}, maxUnavailable ${params.maxUnavailable})`;
+  const lastUpdateTime = new Date(progress.lastProgressMs).toISOString();
+  if (nowMs >= progress.deadlineAtMs) {
+    return {
+      type: "Progressing",
+      status: "False",
+      reason: REASON_PROGRESS_DEADLINE_EXCEEDED,
+      message: `no progress for ${params.progressDeadlineSeconds} s: ${step}; ` +
+        (c.outdated > 0 ? "the Pods of the older spec keep serving" : "see the Ready condition"),
+      lastUpdateTime,
+    };
+  }
+  const reason = converged
+    ? "WaitingForReady"
+    : c.outdated > 0
+    ? "RollingUpdate"
+    : c.updated + plan.create.length < r || plan.delete.length > 0 || c.terminating > 0
+    ? "Scaling"
+    : "Creating";
+  return { type: "Progressing", status: "True", reason, message: step, lastUpdateTime };
 }

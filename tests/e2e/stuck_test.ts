@@ -18,7 +18,6 @@
 import type { ContainerStatus, Pod, PodStatus } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
-import { isNotFound } from "../../lib/kube/errors.ts";
 import { EVENTS, PODS, type ResourceType } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
@@ -34,10 +33,9 @@ import {
   waitFor,
 } from "./harness.ts";
 import { describe, operatorWrites } from "./audit.ts";
-import { rt } from "./resources.ts";
+import { addTestNode, removeTestNode } from "./test_node.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
-const NODES = rt("v1", "Node", "nodes", false);
 /** More CPU than a kwok Node has (tests/cluster NODE_RESOURCES: 32), less than the test Node. */
 const ON_TEST_NODE = { requests: { cpu: "40" } };
 /** More CPU than any Node has: the scheduler cannot place the Pod. */
@@ -210,29 +208,9 @@ Deno.test("S18: the AppService names why a Pod is stuck (status, condition, Even
   const ns = await newNamespace("s18");
   const node = `e2e-stuck-${ns.slice(-6)}`;
   // A Node kwok does not manage: this test is its kubelet.
-  await c.create(NODES, {
-    apiVersion: "v1",
-    kind: "Node",
-    metadata: { name: node, labels: { "kubernetes.io/hostname": node, type: "e2e-stuck" } },
-    spec: {},
-  } as KubeObject);
+  await addTestNode(c, node, "e2e-stuck", "127.0.0.2");
   const op = await startOperator();
   try {
-    await c.patch(NODES, node, {
-      status: {
-        capacity: { cpu: "1000", memory: "1Ti", pods: "110" },
-        allocatable: { cpu: "1000", memory: "1Ti", pods: "110" },
-        conditions: [{
-          type: "Ready",
-          status: "True",
-          reason: "KubeletReady",
-          message: "played by the test",
-          lastHeartbeatTime: new Date().toISOString(),
-          lastTransitionTime: new Date().toISOString(),
-        }],
-        addresses: [{ type: "InternalIP", address: "127.0.0.2" }],
-      },
-    }, { subresource: "status", type: "merge" });
     await op.waitReady();
 
     for (const k of CASES) {
@@ -401,15 +379,7 @@ Deno.test("S18: the AppService names why a Pod is stuck (status, condition, Even
     });
   } finally {
     const code = await op.stop();
-    // No kubelet will confirm these Pods' deletion: remove them at once, then the Node.
-    const pods = await c.list<Pod>(PODS, { namespace: ns }).catch(() => ({ items: [] as Pod[] }));
-    for (const p of pods.items) {
-      await c.delete(PODS, p.metadata!.name!, { namespace: ns, gracePeriodSeconds: 0 })
-        .catch((err) => {
-          if (!isNotFound(err)) throw err;
-        });
-    }
-    await c.delete(NODES, node).catch(() => {});
+    await removeTestNode(c, ns, node);
     await dropNamespace(ns);
     assertEquals(code, 0, op.stderr().slice(-3000));
   }
