@@ -1,7 +1,7 @@
 /**
  * The AppService controller's wiring, in one place next to its reconciler (as controller-runtime's
  * `SetupWithManager` and kube-rs's `Controller::new(...).owns(...)` keep it): the primary
- * AppServices, the Pods and Services it owns (only those labelled as managed by this operator, so
+ * AppServices, the Pods, Services and PodDisruptionBudgets it owns (only those labelled as managed by this operator, so
  * the caches hold nothing else), the predicates and the reconciler.
  *
  * Enqueued: an AppService added, or updated in its spec (generation), its deletionTimestamp or
@@ -22,7 +22,8 @@
  * @module
  */
 import type { Pod, PodSpec, Service } from "kubernetes-types/core/v1.d.ts";
-import { PODS, SERVICES } from "../kube/resources.ts";
+import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
+import { PODDISRUPTIONBUDGETS, PODS, SERVICES } from "../kube/resources.ts";
 import type { Controller } from "../runtime/controller.ts";
 import type { Manager } from "../runtime/manager.ts";
 import { TerminatingNamespaces } from "../runtime/namespaces.ts";
@@ -61,9 +62,9 @@ export function cachedPod(pod: Pod): Pod {
 }
 
 /**
- * Declares the AppService controller on `manager`: informers of AppServices (all), and of Pods
- * and Services labelled `app.kubernetes.io/managed-by=appservice-operator`, in the manager's
- * watch namespace; workers, timeout and sync period are the manager's defaults.
+ * Declares the AppService controller on `manager`: informers of AppServices (all), and of Pods,
+ * Services and PodDisruptionBudgets labelled `app.kubernetes.io/managed-by=appservice-operator`,
+ * in the manager's watch namespace; workers, timeout and sync period are the manager's defaults.
  * @returns the controller (its queue, for tests and metrics)
  */
 export function addAppServiceController(manager: Manager): Controller {
@@ -73,6 +74,9 @@ export function addAppServiceController(manager: Manager): Controller {
     transform: cachedPod,
   });
   const services = manager.informer<Service>(SERVICES, { labelSelector: MANAGED_SELECTOR });
+  const pdbs = manager.informer<PodDisruptionBudget>(PODDISRUPTIONBUDGETS, {
+    labelSelector: MANAGED_SELECTOR,
+  });
   // Namespaces being deleted (S21): every AppService cached there is held back at once, Events
   // included; an entry goes with the AppService's removal from the cache.
   const terminating = new TerminatingNamespaces((ns) =>
@@ -88,7 +92,7 @@ export function addAppServiceController(manager: Manager): Controller {
     name: CONTROLLER_NAME,
     for: appServices,
     predicates: [anyOf(generationChanged, deletionOrFinalizersChanged), ignoreDeletes],
-    owns: [{ informer: pods }, { informer: services }],
+    owns: [{ informer: pods }, { informer: services }, { informer: pdbs }],
     // Orphans with this operator's labels (left by --cascade=orphan) go to the AppService of
     // their name, which adopts them.
     watches: [{ informer: pods, map: orphanKeys }, { informer: services, map: orphanKeys }],
@@ -97,6 +101,7 @@ export function addAppServiceController(manager: Manager): Controller {
       appServices: appServices.store,
       pods: pods.store,
       services: services.store,
+      pdbs: pdbs.store,
       events,
       terminating,
     }),

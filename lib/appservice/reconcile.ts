@@ -69,6 +69,7 @@
  * @module
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
+import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
 import type { KubeClient } from "../kube/client.ts";
 import {
   ApiError,
@@ -79,7 +80,7 @@ import {
   isNotFound,
   isThrottled,
 } from "../kube/errors.ts";
-import { PODS, SERVICES } from "../kube/resources.ts";
+import { PODDISRUPTIONBUDGETS, PODS, SERVICES } from "../kube/resources.ts";
 import type { ReconcileContext, ReconcileResult } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
 import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
@@ -102,6 +103,7 @@ import {
 import { APPSERVICES, FINALIZER } from "./api.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import { desiredService, serviceMatches, servicePatch } from "./service.ts";
+import { desiredPdb, pdbMatches } from "./disruption.ts";
 import { isWriteRejection, type Refusal, RejectedWrites } from "./rejections.ts";
 import { type PodFailure, PodReplacements } from "./replacements.ts";
 import { planRollout, type RolloutCounts, rolloutParams, slotCount } from "./rollout.ts";
@@ -131,6 +133,8 @@ export interface ReconcilerDeps {
   appServices: Store<AppService>;
   pods: Store<Pod>;
   services: Store<Service>;
+  /** Owned PodDisruptionBudgets (disruption.ts); without it none is kept. */
+  pdbs?: Store<PodDisruptionBudget>;
   events: EventRecorder;
   /**
    * Namespaces being deleted (S21), shared with the EventRecorder; without it a refusal only
@@ -293,12 +297,13 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   }
 
   async function deleteIgnoringNotFound(
-    kind: "Pod" | "Service",
-    obj: Pod | Service,
+    kind: "Pod" | "Service" | "PodDisruptionBudget",
+    obj: Pod | Service | PodDisruptionBudget,
     signal: AbortSignal,
   ): Promise<void> {
+    const rt = kind === "Pod" ? PODS : kind === "Service" ? SERVICES : PODDISRUPTIONBUDGETS;
     try {
-      await client.delete(kind === "Pod" ? PODS : SERVICES, obj.metadata!.name!, {
+      await client.delete(rt, obj.metadata!.name!, {
         namespace: obj.metadata!.namespace,
         preconditions: { uid: obj.metadata!.uid },
         signal,
@@ -439,6 +444,17 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       } catch (err) {
         rethrowIfAbortive(err);
         failures.push(`Service ${svc.metadata?.name}: ${errorText(err)}`);
+      }
+    }
+    // The PodDisruptionBudget protects nothing once the Pods go; the garbage collector would
+    // remove it after the AppService, this removes it with them.
+    const pdb = deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, uid)[0];
+    if (pdb && !pdb.metadata?.deletionTimestamp) {
+      try {
+        await deleteIgnoringNotFound("PodDisruptionBudget", pdb, signal);
+      } catch (err) {
+        rethrowIfAbortive(err);
+        failures.push(`PodDisruptionBudget ${pdb.metadata?.name}: ${errorText(err)}`);
       }
     }
     const remaining = pods.length + (svc ? 1 : 0);
@@ -868,6 +884,52 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
         failures.push(refusal(key, as, "service", REASON_SERVICE_REJECTED, `Service ${name}`, err));
       } else {
         failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
+      }
+    }
+
+    // PodDisruptionBudget (disruption.ts): server-side apply when missing or different; deleted
+    // when no longer wanted.
+    if (deps.pdbs) {
+      const wantPdb = desiredPdb(as, params);
+      const livePdb = deps.pdbs.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
+      try {
+        if (wantPdb && (!livePdb || !pdbMatches(livePdb, wantPdb))) {
+          await client.patch(PODDISRUPTIONBUDGETS, name, wantPdb, {
+            namespace: ns,
+            type: "apply",
+            fieldManager: FIELD_MANAGER,
+            force: true,
+            signal,
+          });
+          const verb = livePdb ? "Updated" : "Created";
+          logger.info(`${verb} PodDisruptionBudget`, {
+            maxUnavailable: String(wantPdb.spec?.maxUnavailable),
+          });
+          events.record(as, {
+            type: "Normal",
+            reason: `PodDisruptionBudget${verb}`,
+            action: livePdb ? "Update" : "Create",
+            note:
+              `${verb} PodDisruptionBudget ${name} (maxUnavailable ${wantPdb.spec?.maxUnavailable})`,
+          });
+        } else if (!wantPdb && livePdb && !livePdb.metadata?.deletionTimestamp) {
+          await deleteIgnoringNotFound("PodDisruptionBudget", livePdb, signal);
+          logger.info("Deleted PodDisruptionBudget");
+          events.record(as, {
+            type: "Normal",
+            reason: "PodDisruptionBudgetDeleted",
+            action: "Delete",
+            note: `Deleted PodDisruptionBudget ${name}`,
+          });
+        }
+      } catch (err) {
+        rethrowIfAbortive(err);
+        if (!namespaceClosed(as, err)) {
+          failures.push({
+            reason: "FailedPodDisruptionBudget",
+            message: `PodDisruptionBudget ${name}: ${errorText(err)}`,
+          });
+        }
       }
     }
 

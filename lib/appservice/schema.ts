@@ -670,6 +670,23 @@ export const Strategy = Type.Object({
     "least replicas - maxUnavailable Pods stay available.",
 });
 
+/** spec.podDisruptionBudget: the owned PodDisruptionBudget (lib/appservice/disruption.ts). */
+export const DisruptionBudget = Type.Object({
+  enabled: Type.Optional(Type.Boolean({
+    description: "false: no PodDisruptionBudget (an existing one is deleted). Default: one when " +
+      "replicas >= 2 or maxUnavailable is set.",
+  })),
+  maxUnavailable: Type.Optional(intOrPercent(
+    "Pods a voluntary disruption (kubectl drain, a Node scale-down) may take at a time: a " +
+      "number or a percentage. Default: strategy.rollingUpdate.maxUnavailable, at least 1, so a " +
+      "drain always finishes; 0 keeps every Pod until it is moved by hand (the drain waits).",
+    UNAVAILABLE_RULE,
+  )),
+}, {
+  description: "The PodDisruptionBudget named like the AppService that the operator keeps for " +
+    "its Pods.",
+});
+
 /** AppService spec. */
 export const AppServiceSpec = Type.Object({
   image: Type.String({
@@ -713,6 +730,7 @@ export const AppServiceSpec = Type.Object({
       "the Pods.",
   )),
   strategy: Type.Optional(Strategy),
+  podDisruptionBudget: Type.Optional(DisruptionBudget),
   minReadySeconds: Type.Optional(Type.Integer({
     minimum: 0,
     maximum: INT32_MAX,

@@ -63,6 +63,7 @@ export {
   EVENTS,
   LEASES,
   NAMESPACES,
+  PODDISRUPTIONBUDGETS,
   PODS,
   resourcePath,
   type ResourceType,

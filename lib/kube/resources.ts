@@ -32,6 +32,13 @@ export const SERVICES: ResourceType = {
   plural: "services",
   namespaced: true,
 };
+/** policy/v1 PodDisruptionBudgets. */
+export const PODDISRUPTIONBUDGETS: ResourceType = {
+  apiVersion: "policy/v1",
+  kind: "PodDisruptionBudget",
+  plural: "poddisruptionbudgets",
+  namespaced: true,
+};
 /** Core v1 ConfigMaps. */
 export const CONFIGMAPS: ResourceType = {
   apiVersion: "v1",

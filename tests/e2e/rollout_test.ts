@@ -15,12 +15,15 @@
  * ready-endpoint count, the seconds with fewer than `replicas` ready endpoints per rollout and the
  * rollout's duration. Then a rollout to an image that never becomes Ready keeps the old Pods
  * serving and ends in ProgressDeadlineExceeded (a Warning Event too), and reverting the image
- * rolls back at once, keeping the Pods that served.
+ * rolls back at once, keeping the Pods that served. Last, `kubectl drain` of the Node takes at most
+ * the PodDisruptionBudget the operator keeps (one Pod of four: the replacement cannot be scheduled
+ * while the Node is cordoned, so the drain gives up), and the budget goes when turned off.
  */
 import type { Pod, PodStatus } from "kubernetes-types/core/v1.d.ts";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
+import { isNotFound } from "../../lib/kube/errors.ts";
 import { EVENTS, PODS, type ResourceType } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
@@ -36,9 +39,10 @@ import {
   waitFor,
 } from "./harness.ts";
 import { rt } from "./resources.ts";
-import { addTestNode, removeTestNode } from "./test_node.ts";
+import { addTestNode, NODES, removeTestNode } from "./test_node.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
+const PDBS = rt("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", true);
 const ENDPOINT_SLICES = rt("discovery.k8s.io/v1", "EndpointSlice", "endpointslices", true);
 /** An extended resource only the test's Node offers: the AppServices' Pods can run nowhere else. */
 const TEST_RESOURCE = "e2e.example.com/rollout";
@@ -435,6 +439,60 @@ Deno.test("S22: rollouts keep serving: surge first, Available stays True, a fail
           err.message.includes("spec.livenessProbe") && err.message.includes("exactly one handler"),
           err.message,
         );
+      },
+    );
+    await t.step(
+      "a drain takes at most the budget: the PodDisruptionBudget the operator keeps",
+      async () => {
+        const budget = async (r: number) =>
+          await c.get<KubeObject & { spec?: { maxUnavailable?: number | string } }>(PDBS, name(r), {
+            namespace: ns,
+          }).then((x) => x, (err) => {
+            if (isNotFound(err)) return undefined;
+            throw err;
+          });
+        const pdb4 = await waitFor("the PodDisruptionBudget of r4", () => budget(4), 15_000);
+        assertEquals(pdb4.spec?.maxUnavailable, 1, "the rollout's maxUnavailable 0, at least 1");
+        assertEquals(await budget(1), undefined, "one replica: no budget");
+        const info = await cluster();
+        let minReady = Infinity;
+        const t0 = Date.now();
+        const drain = new Deno.Command(`${info.binDir}/kubectl`, {
+          args: [
+            `--kubeconfig=${info.kubeconfig}`,
+            "drain",
+            node,
+            `--pod-selector=app.kubernetes.io/instance=${name(4)}`,
+            "--ignore-daemonsets",
+            "--timeout=8s",
+          ],
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+        let finished = false;
+        drain.finally(() => finished = true);
+        // Bounded by the drain's own timeout (8 s) and this loop's (30 s).
+        while (!finished && Date.now() - t0 < 30_000) {
+          minReady = Math.min(minReady, await readyEndpoints(c, ns, name(4)));
+          await sleep(SAMPLE_MS);
+        }
+        const out = await drain;
+        const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+        console.log(`drain of r4's Node: lowest ready endpoints ${minReady} of 4`);
+        assert(!out.success, `the drain took every Pod:\n${text}`);
+        assert(text.includes("disruption budget"), text);
+        assertEquals(minReady, 3, "one Pod at a time, no more");
+        // Uncordoned: the replacement is scheduled and the AppService is whole again.
+        await c.patch(NODES, node, { spec: { unschedulable: null } }, { type: "merge" });
+        await waitFor("r4 whole again", async () => {
+          const a = await getAs(ns, name(4));
+          return rolledOut(a, 4) && await readyEndpoints(c, ns, name(4)) === 4;
+        }, 30_000);
+        // Turned off: the budget goes.
+        await c.patch(AS, name(4), { spec: { podDisruptionBudget: { enabled: false } } }, {
+          namespace: ns,
+        });
+        await waitFor("r4's budget deleted", async () => await budget(4) === undefined, 15_000);
       },
     );
   } finally {

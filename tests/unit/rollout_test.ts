@@ -3,12 +3,14 @@
  * them, and its invariants under a simulated cluster whose cache lags behind (property tests):
  * never more Pods than `replicas + maxSurge`, never fewer available than `replicas -
  * maxUnavailable`, convergence to the new spec, a never-Ready spec leaving the old Pods serving,
- * and a rollback at once.
+ * and a rollback at once; and the PodDisruptionBudget it keeps (lib/appservice/disruption.ts).
  */
 import fc from "fast-check";
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
 import { SPEC_HASH_ANNOTATION } from "../../lib/appservice/pods.ts";
+import { desiredPdb, pdbMatches } from "../../lib/appservice/disruption.ts";
+import type { AppService } from "../../lib/appservice/schema.ts";
 import {
   isPodAvailable,
   madeProgress,
@@ -367,4 +369,26 @@ Deno.test("rollout property: a never-Ready spec keeps the old Pods serving; reve
     }),
     { numRuns: 300, seed: 20261203 },
   );
+});
+
+Deno.test("disruption budget: for 2+ replicas the rollout's maxUnavailable, at least 1; explicit; off", () => {
+  const as = (spec: Record<string, unknown>) =>
+    ({
+      apiVersion: "apps.our-org.com/v1",
+      kind: "AppService",
+      metadata: { name: "web", namespace: "ns", uid: "u" },
+      spec: { image: "a:1", ...spec },
+    }) as AppService;
+  const budget = (spec: Record<string, unknown>) => {
+    const a = as(spec);
+    return desiredPdb(a, rolloutParams(a.spec))?.spec?.maxUnavailable;
+  };
+  assertEquals(budget({}), undefined, "one replica: none");
+  assertEquals(budget({ replicas: 2 }), 1);
+  assertEquals(budget({ replicas: 4, strategy: { rollingUpdate: { maxUnavailable: 2 } } }), 2);
+  assertEquals(budget({ podDisruptionBudget: { maxUnavailable: 0 } }), 0, "asked for: kept");
+  assertEquals(budget({ replicas: 3, podDisruptionBudget: { enabled: false } }), undefined);
+  const pdb = desiredPdb(as({ replicas: 3 }), rolloutParams({ image: "a:1", replicas: 3 }))!;
+  assert(pdbMatches(pdb, pdb));
+  assert(!pdbMatches({ ...pdb, spec: { ...pdb.spec, maxUnavailable: 2 } }, pdb));
 });

@@ -1,0 +1,59 @@
+/**
+ * The PodDisruptionBudget of an AppService (policy/v1): voluntary disruptions — `kubectl drain`,
+ * a cluster autoscaler removing a Node, anything that goes through the Eviction API — take at most
+ * `maxUnavailable` of its Pods at a time. Named like the AppService, selecting its Pods, owned by
+ * it (controller ownerReference), written with server-side apply (field manager
+ * `appservice-operator`, force: the AppService is its only source of truth).
+ *
+ * When there is one (`spec.podDisruptionBudget`):
+ * - `enabled: false`: none (an existing one is deleted).
+ * - `maxUnavailable` set (a number or a percentage, 0 allowed): that budget, for any `replicas`.
+ *   0 means a drain never lowers the number of available Pods: it waits until someone moves them
+ *   (what users ask for when every Pod must serve; the drain does not finish by itself).
+ * - otherwise, with `replicas >= 2`: the rollout's `maxUnavailable`, but at least 1, so a drain
+ *   always finishes and never takes the last Pods; with one replica none (a budget of 0 would
+ *   block every drain, one of 1 protects nothing).
+ *
+ * @module
+ */
+import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
+import { ownedLabels, ownerRef, selectorLabels, stableJson } from "./pods.ts";
+import type { RolloutParams } from "./rollout.ts";
+import type { AppService } from "./schema.ts";
+
+/** The PodDisruptionBudget `as` wants, or undefined when it wants none (see the module doc). */
+export function desiredPdb(as: AppService, params: RolloutParams): PodDisruptionBudget | undefined {
+  const o = as.spec.podDisruptionBudget;
+  if (o?.enabled === false) return undefined;
+  if (o?.maxUnavailable === undefined && params.replicas < 2) return undefined;
+  const maxUnavailable = o?.maxUnavailable ?? Math.max(1, params.maxUnavailable);
+  return {
+    apiVersion: "policy/v1",
+    kind: "PodDisruptionBudget",
+    metadata: {
+      name: as.metadata.name,
+      namespace: as.metadata.namespace,
+      labels: ownedLabels(as),
+      ownerReferences: [ownerRef(as)],
+    },
+    spec: {
+      maxUnavailable,
+      selector: { matchLabels: selectorLabels(as) },
+      // Pods that are not Ready may be evicted whatever the budget (they serve nothing), so a
+      // crash-looping Pod never blocks a drain (policy/v1, Kubernetes 1.31+ GA).
+      unhealthyPodEvictionPolicy: "AlwaysAllow",
+    },
+  };
+}
+
+/** Whether the live budget already has what `want` sets (budget, selector, policy, owner). */
+export function pdbMatches(live: PodDisruptionBudget, want: PodDisruptionBudget): boolean {
+  const l = live.spec ?? {};
+  const w = want.spec!;
+  return String(l.maxUnavailable) === String(w.maxUnavailable) && l.minAvailable === undefined &&
+    stableJson(l.selector?.matchLabels ?? {}) === stableJson(w.selector?.matchLabels ?? {}) &&
+    l.unhealthyPodEvictionPolicy === w.unhealthyPodEvictionPolicy &&
+    !!live.metadata?.ownerReferences?.some((r) =>
+      r.controller && r.uid === want.metadata?.ownerReferences?.[0].uid
+    );
+}
