@@ -955,6 +955,11 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const completed = counted.filter((p) =>
       p.status?.phase === "Succeeded" && restartPolicy !== "Always"
     );
+    /** Pods being deleted past their grace period and still there (status.ts), named. */
+    const stuckGoing = owned.flatMap((p) => {
+      const cause = stuckTerminating(p, nowMs);
+      return cause ? [{ pod: p, message: cause.message }] : [];
+    });
     const minAvailable = replicas - params.maxUnavailable;
     const availableText = `${c.available}/${replicas} Pods available (at least ${minAvailable} ` +
       "needed)";
@@ -1006,6 +1011,16 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           status: "True",
           reason: "PodFailed",
           message: `Pod(s) failed: ${failedPods.map(failedPodText).join("; ")}`,
+        }
+        : stuckGoing.length > 0
+        ? {
+          // Its replacement serves from a free slot; the Pod holds its own slot until it goes.
+          type: "Degraded",
+          status: "True",
+          reason: "PodStuckTerminating",
+          message: `Pod(s) stuck terminating, each holding its slot: ${
+            stuckGoing.map((x) => `${x.pod.metadata?.name} (${x.message})`).join("; ")
+          }`,
         }
         : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
     ];

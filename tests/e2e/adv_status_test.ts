@@ -3,16 +3,19 @@
  * `kubectl get pods` shows, in the states a rollout or an app can end up in.
  *
  * - A rollout stalled on its first new Pod (here: unschedulable, as with a request no Node can
- *   take): two old Pods are Ready and serving. REPLICAS said `0/3` and the message
- *   "0/3 Pods ready", because only Pods at the new spec were counted; a user reading that thinks
- *   the app is down. It must say 2/3 ready, and how many are at the new spec.
+ *   take): the old Pods are Ready and serving (new Pods come first, S22). REPLICAS once said `0/3`
+ *   and the message "0/3 Pods ready", because only Pods at the new spec were counted; a user
+ *   reading that thinks the app is down. It must say 3/3 ready, how many are at the new spec, and
+ *   `Available` True.
  * - A Pod whose app exited 0 with `restartPolicy: OnFailure` (or Never) is Succeeded and is never
  *   restarted. The status said `ReplicasNotReady` "1/2 Pods ready" and Progressing
  *   `WaitingForReady`, waiting for ever for something that cannot happen. It must name the Pod
  *   and that it completed.
- * - A Pod stuck terminating (a finalizer nobody removes, a Node that is gone): its ordinal cannot
- *   be made again until it is gone. The status said `ReplicasNotReady` "1/2 Pods ready" and
- *   Progressing "1 terminating"; it must name the Pod, since when, and what holds it.
+ * - A Pod stuck terminating (a finalizer nobody removes, a Node that is gone): it holds its slot
+ *   until it is gone (its replacement is made in a free slot). The status once said
+ *   `ReplicasNotReady` "1/2 Pods ready" and Progressing "1 terminating"; it must name the Pod,
+ *   since when, and what holds it (`Degraded`, reason PodStuckTerminating, and its podStatuses
+ *   entry).
  */
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
@@ -53,33 +56,40 @@ Deno.test("status matches the Pods: a stalled rollout, a completed Pod, a Pod st
   try {
     await op.waitReady();
 
-    await t.step("a rollout stalled on its first new Pod: 2/3 ready, 1/3 updated", async () => {
-      await c.create(AS, appService(ns, "web", { image: "nginx:1.27", replicas: 3 }));
-      await waitFor("web Ready", async () => (await getAs(ns, "web")).status?.ready === true);
-      await c.patch(AS, "web", {
-        spec: { image: "nginx:1.28", resources: { requests: { cpu: "5000" } } },
-      }, { namespace: ns });
-      const a = await waitFor("web reports the unschedulable new Pod", async () => {
-        const x = await getAs(ns, "web");
-        const r = x.status?.conditions?.find((k) => k.type === "Ready");
-        return x.status?.observedGeneration === x.metadata.generation &&
-            r?.reason === "Unschedulable"
-          ? x
-          : undefined;
-      }, 30_000);
-      const live = await pods(c, ns, "web");
-      const readyPods = live.filter(isPodReady).length;
-      const ready = a.status!.conditions!.find((k) => k.type === "Ready")!;
-      console.log(
-        `kubectl get pods: ${readyPods}/${live.length} Ready; status: readyReplicas ${a.status?.readyReplicas}, REPLICAS ${a.status?.replicasSummary}, message: ${ready.message}`,
-      );
-      assertEquals(readyPods, 2);
-      assertEquals(a.status?.readyReplicas, readyPods, "readyReplicas vs Ready Pods");
-      assertEquals(a.status?.replicasSummary, "2/3");
-      assertEquals((a.status as Record<string, unknown>).updatedReplicas, 1);
-      assert(ready.message.includes("2/3 Pods ready"), ready.message);
-      assertEquals(a.status?.ready, false, "not Ready: not every Pod is at the spec");
-    });
+    await t.step(
+      "a rollout stalled on its first new Pod: 3/3 ready, 1/3 updated, Available",
+      async () => {
+        await c.create(AS, appService(ns, "web", { image: "nginx:1.27", replicas: 3 }));
+        await waitFor("web Ready", async () => (await getAs(ns, "web")).status?.ready === true);
+        await c.patch(AS, "web", {
+          spec: { image: "nginx:1.28", resources: { requests: { cpu: "5000" } } },
+        }, { namespace: ns });
+        const a = await waitFor("web reports the unschedulable new Pod", async () => {
+          const x = await getAs(ns, "web");
+          const r = x.status?.conditions?.find((k) => k.type === "Ready");
+          return x.status?.observedGeneration === x.metadata.generation &&
+              r?.reason === "Unschedulable"
+            ? x
+            : undefined;
+        }, 30_000);
+        const live = await pods(c, ns, "web");
+        const readyPods = live.filter(isPodReady).length;
+        const ready = a.status!.conditions!.find((k) => k.type === "Ready")!;
+        console.log(
+          `kubectl get pods: ${readyPods}/${live.length} Ready; status: readyReplicas ${a.status?.readyReplicas}, REPLICAS ${a.status?.replicasSummary}, message: ${ready.message}`,
+        );
+        // Surge first (S22): the three old Pods keep serving beside the new one.
+        assertEquals(readyPods, 3);
+        assertEquals(a.status?.readyReplicas, readyPods, "readyReplicas vs Ready Pods");
+        assertEquals(a.status?.replicasSummary, "3/3");
+        assertEquals(a.status?.updatedReplicas, 1);
+        assert(ready.message.includes("3/3 Pods ready"), ready.message);
+        assert(ready.message.includes("1/3 at the current spec"), ready.message);
+        assertEquals(a.status?.ready, false, "not Ready: not every Pod is at the spec");
+        const available = a.status!.conditions!.find((k) => k.type === "Available")!;
+        assertEquals(available.status, "True", available.message);
+      },
+    );
 
     await t.step("a Pod that completed (restartPolicy OnFailure) is named", async () => {
       await c.create(
@@ -145,7 +155,7 @@ Deno.test("status matches the Pods: a stalled rollout, a completed Pod, a Pod st
       try {
         const a = await waitFor("held names held-0 as stuck terminating", async () => {
           const x = await getAs(ns, "held");
-          const r = x.status?.conditions?.find((k) => k.type === "Ready");
+          const r = x.status?.conditions?.find((k) => k.type === "Degraded");
           return r?.message.includes("held-0") && r.reason === "PodStuckTerminating"
             ? x
             : undefined;
@@ -153,9 +163,10 @@ Deno.test("status matches the Pods: a stalled rollout, a completed Pod, a Pod st
           const x = await getAs(ns, "held");
           throw new Error(`${err.message}\n${JSON.stringify(x.status, null, 1)}`);
         });
-        const r = a.status!.conditions!.find((k) => k.type === "Ready")!;
+        const r = a.status!.conditions!.find((k) => k.type === "Degraded")!;
         console.log(`after ${(Date.now() - t0) / 1000} s: ${r.reason}: ${r.message}`);
         assert(r.message.includes("e2e.example.com/hold"), r.message);
+        assertEquals(a.status?.replicasSummary, "2/2", "its replacement serves in a free slot");
         const entry = a.status?.podStatuses?.find((p) => p.name === "held-0");
         assertEquals(entry?.phase, "Terminating");
         assertEquals(entry?.reason, "PodStuckTerminating");

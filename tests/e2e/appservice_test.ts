@@ -83,9 +83,13 @@ Deno.test("AppService lifecycle: create, Ready, image change, ports, delete", as
       await c.patch(APPSERVICES as never, "web", { spec: { image: "nginx:1.28" } }, {
         namespace: ns,
       });
-      const after = await waitFor("Pod web-0 with nginx:1.28", async () => {
-        const p = await c.get<Pod>(PODS, "web-0", { namespace: ns });
-        return p.spec!.containers[0].image === "nginx:1.28" ? p : undefined;
+      // The new Pod first (in the free slot, web-1), then the old one goes.
+      const after = await waitFor("one Pod, with nginx:1.28", async () => {
+        const l = (await c.list<Pod>(PODS, {
+          namespace: ns,
+          labelSelector: "app.kubernetes.io/instance=web",
+        })).items;
+        return l.length === 1 && l[0].spec!.containers[0].image === "nginx:1.28" ? l[0] : undefined;
       }, 60_000);
       assert(after.metadata!.uid !== before.metadata!.uid, "Pod was not replaced");
       assert(

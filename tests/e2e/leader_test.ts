@@ -240,12 +240,17 @@ Deno.test("leader election: three replicas, one reconciles; SIGKILL and SIGTERM 
               name: leaseName,
             }) === 1,
         );
-        // The last one reconciles: a deleted Pod comes back.
+        // The last one reconciles: a deleted Pod is replaced (in a free slot: the replacement
+        // does not wait for the deleted Pod to be gone).
         const old = await c.get<Pod>(PODS, "web-0", { namespace: workNs });
         await c.delete(PODS, "web-0", { namespace: workNs, gracePeriodSeconds: 0 });
-        await waitFor("web-0 recreated", async () => {
-          const p = await c.get<Pod>(PODS, "web-0", { namespace: workNs });
-          return p.metadata?.uid !== old.metadata?.uid;
+        await waitFor("web-0 replaced", async () => {
+          const l = await c.list<Pod>(PODS, {
+            namespace: workNs,
+            labelSelector: "app.kubernetes.io/instance=web",
+          });
+          const live = l.items.filter((p) => !p.metadata?.deletionTimestamp);
+          return live.length === 2 && live.every((p) => p.metadata?.uid !== old.metadata?.uid);
         }, 60_000);
         await waitFor("last logged Created Pod", () => logsOf(last, "Created Pod").length > 0);
       },

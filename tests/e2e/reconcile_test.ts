@@ -127,7 +127,7 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
       assertEquals(pods[0].spec?.restartPolicy, "Always");
       assertEquals(as.status?.replicasSummary, "1/1");
       const types = as.status?.conditions?.map((x) => `${x.type}=${x.status}`).sort();
-      assertEquals(types, ["Degraded=False", "Progressing=False", "Ready=True"]);
+      assertEquals(types, ["Available=True", "Degraded=False", "Progressing=False", "Ready=True"]);
     });
 
     await t.step(
@@ -248,14 +248,14 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
       await settled(c, ns, "min", 1);
     });
 
-    await t.step("a Pod deleted by someone else is recreated", async () => {
+    await t.step("a Pod deleted by someone else is replaced at once, in a free slot", async () => {
       const old = await c.get<Pod>(PODS, "scale-1", { namespace: ns });
       await c.delete(PODS, "scale-1", { namespace: ns });
-      await waitFor("scale-1 recreated", async () => {
-        const p = await c.get<Pod>(PODS, "scale-1", { namespace: ns });
-        return p.metadata!.uid !== old.metadata!.uid && isPodReady(p);
-      });
-      await settled(c, ns, "scale", 3);
+      // The replacement does not wait for the deleted Pod to be gone: it takes a free slot
+      // (scale-3, or scale-1 if that one was already gone).
+      const { pods } = await settled(c, ns, "scale", 3);
+      assert(!pods.some((p) => p.metadata!.uid === old.metadata!.uid), "the deleted Pod stayed");
+      for (const p of pods) assert(/^scale-[0-3]$/.test(p.metadata!.name!), p.metadata!.name);
     });
 
     await t.step("a Failed Pod is replaced and reported Degraded meanwhile", async () => {
@@ -275,7 +275,10 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
       "status: podStatuses, conditions with observedGeneration; Events recorded",
       async () => {
         const a = await getAs(ns, "scale");
-        assertEquals(a.status?.podStatuses?.map((p) => p.name), ["scale-0", "scale-1", "scale-2"]);
+        const names = a.status?.podStatuses?.map((p) => p.name) ?? [];
+        assertEquals(names.length, 3, names.join());
+        assert(names.every((n) => /^scale-[0-3]$/.test(n)), names.join());
+        assertEquals(names, [...names].sort(), "sorted by name");
         for (const p of a.status!.podStatuses!) {
           assertEquals(p.phase, "Running");
           assert(p.podIP, "podIP missing");
@@ -342,7 +345,7 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
     });
 
     await t.step(
-      "a template an admission policy refuses keeps the running Pods (dry run first)",
+      "a template an admission policy refuses keeps the running Pods (new Pods first)",
       async () => {
         await c.create(AS, appService(ns, "guard", { image: "nginx:1.27" }));
         const { pods } = await settled(c, ns, "guard", 1);
@@ -356,7 +359,8 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
             return d?.status === "True" && d.reason === "PodCreateRejected" ? x : undefined;
           });
           const message = a.status?.conditions?.find((k) => k.type === "Degraded")?.message ?? "";
-          assert(message.includes("guard-0") && message.includes("blocked by test"), message);
+          // The new Pod (guard-1, the free slot) was refused; guard-0 keeps serving.
+          assert(message.includes("guard-1") && message.includes("blocked by test"), message);
           const now = await c.get<Pod>(PODS, "guard-0", { namespace: ns });
           assertEquals(now.metadata!.uid, uid, "the running Pod was deleted");
           assert(isPodReady(now));
