@@ -11,10 +11,18 @@ import { parse as parseYaml, stringify } from "yaml";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { loadClusterConfig } from "../../lib/kube/config.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
-import { CRDS, LEASES, NAMESPACES } from "../../lib/kube/resources.ts";
+import {
+  CRDS,
+  LEASES,
+  NAMESPACES,
+  PODS,
+  type ResourceType,
+  SERVICES,
+} from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { type ClusterInfo, readClusterInfo } from "../cluster/cluster.ts";
 import { startFlags } from "../../scripts/compile.ts";
+import { AssertionError, isAssertionError } from "../assert.ts";
 
 /** Repository root. */
 export const REPO = new URL("../../", import.meta.url).pathname.replace(/\/$/, "");
@@ -48,7 +56,10 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Polls `fn` every `intervalMs` until it returns a value other than undefined/false, at most
- * `timeoutMs`. @throws Error naming `what` and the last value or error on timeout.
+ * `timeoutMs`. Any other throw of `fn` means "not yet", but a failed assertion
+ * ({@link isAssertionError}) is rethrown at once: an `assert` inside a predicate fails the test.
+ * @throws the assertion error of `fn`, or an Error naming `what` and the last value or error on
+ * timeout.
  */
 export async function waitFor<T>(
   what: string,
@@ -64,6 +75,7 @@ export async function waitFor<T>(
       if (v !== undefined && v !== false) return v as T;
       last = v;
     } catch (err) {
+      if (isAssertionError(err)) throw err;
       last = err;
     }
     if (Date.now() > deadline) break;
@@ -358,4 +370,87 @@ export async function getLease(ns: string, name: string): Promise<Lease | undefi
 /** Whether the operator process is still running (it has not exited within 50 ms). */
 export function isRunning(op: Operator): Promise<boolean> {
   return Promise.race([op.status.then(() => false), sleep(50).then(() => true)]);
+}
+
+/**
+ * Deletes AppService `name` in `ns` and checks the order its finalizer promises: every Pod
+ * labelled `app.kubernetes.io/instance=<name>` (and the Service `name`, with `service`) leaves the
+ * API before the AppService does, and every version of the AppService seen until then still holds
+ * the finalizer. Both are watched from a listing taken before the delete and the DELETED events'
+ * resourceVersions are compared: the test cluster has one etcd, so these are revisions of one
+ * sequence. Bounded by `timeoutMs`.
+ * @throws AssertionError naming what went out of order; Error on timeout.
+ */
+export async function deleteInOrder(
+  ns: string,
+  name: string,
+  opts: { service?: boolean; timeoutMs?: number } = {},
+): Promise<void> {
+  const c = await admin();
+  const timeoutMs = opts.timeoutMs ?? 60_000;
+  const ctl = new AbortController();
+  const deleted = new Map<string, number>(); // "Pod/x", "Service/x", "AppService/x" -> revision
+  const pending = new Set<string>();
+  const violations: string[] = [];
+  let failure: unknown;
+  const follow = async <T extends KubeObject>(
+    kind: string,
+    rt: ResourceType,
+    sel: { labelSelector?: string; fieldSelector?: string },
+    check: (o: T) => void = () => {},
+  ) => {
+    const l = await c.listAll<T>(rt, { namespace: ns, ...sel });
+    for (const o of l.items) pending.add(`${kind}/${o.metadata!.name}`);
+    return (async () => {
+      try {
+        for await (
+          const ev of c.watch<T>(rt, {
+            namespace: ns,
+            ...sel,
+            resourceVersion: l.resourceVersion,
+            timeoutSeconds: Math.ceil(timeoutMs / 1000) + 5,
+            signal: ctl.signal,
+          })
+        ) {
+          const key = `${kind}/${ev.object.metadata?.name}`;
+          if (ev.type === "ADDED") pending.add(key);
+          if (ev.type === "DELETED") deleted.set(key, Number(ev.object.metadata!.resourceVersion));
+          else if (ev.type !== "BOOKMARK") check(ev.object);
+        }
+      } catch (err) {
+        if (!ctl.signal.aborted) failure = err;
+      }
+    })();
+  };
+  const asKey = `AppService/${name}`;
+  const watches = [
+    await follow<KubeObject>("Pod", PODS, { labelSelector: `app.kubernetes.io/instance=${name}` }),
+    await follow<AppService>("AppService", APPSERVICES as never, {
+      fieldSelector: `metadata.name=${name}`,
+    }, (a) => {
+      if (!a.metadata.finalizers?.includes(FINALIZER)) {
+        violations.push(`AppService ${name} lost its finalizer at ${a.metadata.resourceVersion}`);
+      }
+    }),
+    ...(opts.service
+      ? [await follow<KubeObject>("Service", SERVICES, { fieldSelector: `metadata.name=${name}` })]
+      : []),
+  ];
+  try {
+    await c.delete(APPSERVICES as never, name, { namespace: ns });
+    await waitFor(`${asKey} and its ${[...pending].join(", ")} deleted`, () => {
+      if (failure) throw failure;
+      return [...pending].every((k) => deleted.has(k));
+    }, timeoutMs);
+  } finally {
+    ctl.abort();
+    await Promise.all(watches);
+  }
+  const asGone = deleted.get(asKey)!;
+  for (const [k, rv] of deleted) {
+    if (k !== asKey && rv > asGone) {
+      violations.push(`${k} deleted at revision ${rv}, after ${asKey} at ${asGone}`);
+    }
+  }
+  if (violations.length > 0) throw new AssertionError(violations.join("\n"));
 }

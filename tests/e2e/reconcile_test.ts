@@ -16,6 +16,7 @@ import {
   admin,
   appService,
   cluster,
+  deleteInOrder,
   dropNamespace,
   getAs,
   installCrd,
@@ -24,7 +25,7 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
-import { describe, operatorWrites } from "./audit.ts";
+import { describe, operatorWrites, quietWindowWrites } from "./audit.ts";
 import { denyPolicy, podRefused } from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
@@ -397,8 +398,14 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
       await sleep(EVENT_SERIES_MIN_INTERVAL_MS + 2_000);
       const since = Date.now();
       await sleep(60_000);
-      const writes = await operatorWrites(since);
+      // Positive control: a new AppService the operator must act on, seen by the same filter.
+      const writes = await quietWindowWrites(
+        since,
+        () => c.create(AS, appService(ns, "control-s9", { image: "nginx:1.27" })),
+      );
       assertEquals(writes.length, 0, `writes at rest:\n${describe(writes)}`);
+      await settled(c, ns, "control-s9", 1);
+      await sleep(EVENT_SERIES_MIN_INTERVAL_MS + 2_000); // its Events land before the next window
     });
 
     await t.step("S4: an apiserver restart (watches re-established) causes no writes", async () => {
@@ -410,10 +417,12 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
         return true;
       });
       await sleep(8_000); // reflectors reconnect with backoff (0.8 s doubling)
-      const writes = await operatorWrites(since);
+      // Positive control, and the operator still works afterwards: scaling down deletes a Pod.
+      const writes = await quietWindowWrites(
+        since,
+        () => c.patch(AS, "scale", { spec: { replicas: 2 } }, { namespace: ns }),
+      );
       assertEquals(writes.length, 0, `writes after reconnect:\n${describe(writes)}`);
-      // and the operator still works afterwards
-      await c.patch(AS, "scale", { spec: { replicas: 2 } }, { namespace: ns });
       await settled(c, ns, "scale", 2);
     });
 
@@ -422,18 +431,7 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
       async () => {
         await c.patch(AS, "scale", { spec: { ports: [{ containerPort: 80 }] } }, { namespace: ns });
         await waitFor("Service scale", () => c.get<Service>(SERVICES, "scale", { namespace: ns }));
-        await c.delete(AS, "scale", { namespace: ns });
-        const gone = await waitFor("AppService scale gone", async () => {
-          try {
-            const a = await getAs(ns, "scale");
-            assert(a.metadata.finalizers?.includes(FINALIZER), "finalizer dropped before cleanup");
-            return false;
-          } catch (err) {
-            if (!isNotFound(err)) throw err;
-            return true;
-          }
-        });
-        assert(gone);
+        await deleteInOrder(ns, "scale", { service: true });
         assertEquals(await livePods(c, ns, "scale"), []);
         try {
           await c.get(SERVICES, "scale", { namespace: ns });
