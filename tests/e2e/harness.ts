@@ -195,7 +195,10 @@ export interface Operator {
   stderr(): string;
   /** Waits until /readyz answers 200. */
   waitReady(timeoutMs?: number): Promise<void>;
-  /** GET /metrics text (plain HTTP: the harness's default `--metrics-secure=false`). */
+  /**
+   * GET /metrics text (plain HTTP: the harness's default `--metrics-secure=false`).
+   * @throws Error on any status but 200
+   */
   metrics(): Promise<string>;
   /** GET /readyz: status and body. */
   readyz(): Promise<{ status: number; body: string }>;
@@ -282,7 +285,9 @@ export async function startOperator(
     },
     async metrics() {
       const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
-      return await r.text();
+      const text = await r.text();
+      if (r.status !== 200) throw new Error(`GET /metrics: ${r.status} ${text.slice(0, 200)}`);
+      return text;
     },
     async readyz() {
       const r = await fetch(`http://127.0.0.1:${healthPort}/readyz`);
@@ -331,17 +336,33 @@ export function logsOf(op: Operator, message: string): LogLine[] {
   return op.logs().filter((l) => l.message === message) as LogLine[];
 }
 
-/** Sum of the samples of `name` whose labels include `labels` (Prometheus exposition text). */
-export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
+/**
+ * Sum of the samples of `name` whose labels include `labels` (Prometheus exposition text). A test
+ * relies on the series it reads, so none matching is an error, unless `opts.absent` gives the
+ * value to read instead (for a series that may rightly not exist yet, e.g. a count of 429s).
+ * @throws Error naming the series when no sample matches and `opts.absent` is not given
+ */
+export function metricSum(
+  text: string,
+  name: string,
+  labels: Record<string, string> = {},
+  opts: { absent?: number } = {},
+): number {
   let sum = 0;
+  let found = false;
   for (const line of text.split("\n")) {
     const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
     if (!m || m[1] !== name) continue;
     const have: Record<string, string> = {};
     for (const kv of (m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)) have[kv[1]] = kv[2];
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) sum += Number(m[4]);
+    if (Object.entries(labels).every(([k, v]) => have[k] === v)) {
+      sum += Number(m[4]);
+      found = true;
+    }
   }
-  return sum;
+  if (found) return sum;
+  if (opts.absent !== undefined) return opts.absent;
+  throw new Error(`no series ${name}${JSON.stringify(labels)} in the metrics`);
 }
 
 /** The Lease identity an operator campaigns with (from its "Waiting for the Lease" line). */

@@ -49,7 +49,7 @@ async function writesOf(op: Operator): Promise<number> {
   const text = await op.metrics();
   let n = 0;
   for (const method of ["POST", "PUT", "PATCH", "DELETE"]) {
-    n += metricSum(text, "rest_client_requests_total", { method });
+    n += metricSum(text, "rest_client_requests_total", { method }, { absent: 0 });
   }
   return n;
 }

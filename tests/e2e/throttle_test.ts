@@ -320,12 +320,12 @@ Deno.test("Retry-After: a throttled operator waits what the apiserver says and c
       const errors = metricSum(text, "controller_runtime_reconcile_errors_total");
       const requeueAfter = metricSum(text, "controller_runtime_reconcile_total", {
         result: "requeue_after",
-      });
+      }, { absent: 0 });
       const throttledLogs = logsOf(op!, "Throttled by the apiserver; requeued");
       console.log(
         `S16: reconcile errors ${errors}, requeue_after ${requeueAfter}, ` +
           `throttled requeues logged ${throttledLogs.length}, 429s counted ` +
-          metricSum(text, "rest_client_requests_total", { code: "429" }),
+          metricSum(text, "rest_client_requests_total", { code: "429" }, { absent: 0 }),
       );
       assertEquals(
         logsOf(op!, "Reconciler error").map((l) => l.properties?.error),
