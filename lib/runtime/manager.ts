@@ -419,6 +419,8 @@ export class Manager {
       (level: "info" | "warn" | "debug") => (message: string, props: Record<string, unknown>) =>
         this.#logOrHold(() => reflectorLog[level](message, props));
     const logger = { info: holdable("info"), warn: holdable("warn"), debug: holdable("debug") };
+    const watchLabels = { resource: resource.plural };
+    o.metrics.reflectorWatchesOpen.inc(watchLabels, 0); // the series exists before the first watch
     const r = new Reflector<T>({
       client: o.client,
       resource,
@@ -428,6 +430,7 @@ export class Manager {
       fieldSelector: opts.fieldSelector,
       idleTimeoutMs: o.watchIdleTimeoutMs,
       useWatchList: o.useWatchList,
+      onWatchOpen: (open) => o.metrics.reflectorWatchesOpen.inc(watchLabels, open ? 1 : -1),
       onEvent: (ev: ReflectorEvent) => {
         switch (ev.type) {
           case "listed":

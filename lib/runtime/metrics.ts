@@ -1,7 +1,8 @@
 /**
  * Prometheus metrics (prom-client) under the names controller-runtime and client-go export, so
  * existing dashboards work: `controller_runtime_reconcile_*`, `workqueue_*`,
- * `rest_client_requests_total`, `leader_election_master_status`, plus process metrics.
+ * `rest_client_requests_total`, `leader_election_master_status`, plus process metrics, and the
+ * reflectors' own under `appservice_reflector_*` (relists, watch errors, watches open).
  *
  * @module
  */
@@ -75,6 +76,12 @@ export class Metrics {
   readonly reflectorRelists: client.Counter<"resource">;
   /** `appservice_reflector_watch_errors_total{resource}`: failed lists and watches. */
   readonly reflectorWatchErrors: client.Counter<"resource">;
+  /**
+   * `appservice_reflector_watches_open{resource}`: watches the apiserver has accepted and that
+   * have not ended, summed over the reflectors of a resource; each reflector's series exists (at
+   * 0) from its creation. Equal to the number of reflectors when every one is watching.
+   */
+  readonly reflectorWatchesOpen: client.Gauge<"resource">;
 
   /** Creates every metric on a fresh registry, with default process metrics. */
   constructor() {
@@ -221,6 +228,12 @@ export class Metrics {
     this.reflectorWatchErrors = new client.Counter({
       name: "appservice_reflector_watch_errors_total",
       help: "List or watch failures retried with backoff, per resource",
+      labelNames: ["resource"],
+      registers,
+    });
+    this.reflectorWatchesOpen = new client.Gauge({
+      name: "appservice_reflector_watches_open",
+      help: "Watches accepted by the apiserver and not yet ended, per resource",
       labelNames: ["resource"],
       registers,
     });

@@ -38,6 +38,17 @@ async function livePods(c: KubeClient, ns: string, name: string): Promise<Pod[]>
   return l.items;
 }
 
+/** `appservice_reflector_watches_open` by resource, from a scrape of the operator's metrics. */
+function watchesOpen(text: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (
+    const m of text.matchAll(/^appservice_reflector_watches_open\{resource="([^"]+)"\} (\S+)$/gm)
+  ) {
+    out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
 /** Waits until `name` is Ready at its current generation with exactly `n` Pods, none terminating. */
 async function settled(c: KubeClient, ns: string, name: string, n: number, timeoutMs = 90_000) {
   return await waitFor(`${name} settled at ${n} Pods`, async () => {
@@ -410,13 +421,21 @@ Deno.test("reconciler: replicas, rollout, drift, Service, status, Events, deleti
 
     await t.step("S4: an apiserver restart (watches re-established) causes no writes", async () => {
       const info = await cluster();
+      const watching = watchesOpen(await op.metrics());
+      assert(Object.keys(watching).length > 0, "no appservice_reflector_watches_open series");
+      for (const [resource, n] of Object.entries(watching)) assert(n > 0, `${resource}: ${n}`);
       const since = Date.now();
       await restartApiserver(info);
       await waitFor("apiserver back", async () => {
         await c.list(AS, { namespace: ns, limit: 1 });
         return true;
       });
-      await sleep(8_000); // reflectors reconnect with backoff (0.8 s doubling)
+      // The old streams ended while the apiserver was down; every reflector watches again (they
+      // reconnect with backoff, 0.8 s doubling).
+      await waitFor(`every reflector watching again (${JSON.stringify(watching)})`, async () => {
+        const now = watchesOpen(await op.metrics());
+        return Object.entries(watching).every(([resource, n]) => now[resource] === n);
+      }, 60_000);
       // Positive control, and the operator still works afterwards: scaling down deletes a Pod.
       const writes = await quietWindowWrites(
         since,

@@ -69,6 +69,7 @@ Deno.test({
 const EXPORTED_NAMES = [
   "appservice_reflector_relists_total",
   "appservice_reflector_watch_errors_total",
+  "appservice_reflector_watches_open",
   "controller_runtime_active_workers",
   "controller_runtime_max_concurrent_reconciles",
   "controller_runtime_reconcile_errors_total",
