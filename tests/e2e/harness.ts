@@ -365,6 +365,17 @@ export function metricSum(
   throw new Error(`no series ${name}${JSON.stringify(labels)} in the metrics`);
 }
 
+/**
+ * How often `op` has `change`d leadership (any Lease), from its
+ * `appservice_leader_election_changes_total`; the series exists once it campaigns.
+ */
+export async function leaderChanges(
+  op: Operator,
+  change: "acquired" | "lost" | "released",
+): Promise<number> {
+  return metricSum(await op.metrics(), "appservice_leader_election_changes_total", { change });
+}
+
 /** The Lease identity an operator campaigns with (from its "Waiting for the Lease" line). */
 export async function leaseIdentityOf(op: Operator): Promise<string> {
   return await waitFor(
