@@ -433,7 +433,8 @@ export async function deleteInOrder(
   ) => {
     const l = await c.listAll<T>(rt, { namespace: ns, ...sel });
     for (const o of l.items) pending.add(`${kind}/${o.metadata!.name}`);
-    return (async () => {
+    // Wrapped: an async function returning the promise itself would wait for the watch to end.
+    const done = (async () => {
       try {
         for await (
           const ev of c.watch<T>(rt, {
@@ -453,6 +454,7 @@ export async function deleteInOrder(
         if (!ctl.signal.aborted) failure = err;
       }
     })();
+    return { done };
   };
   const asKey = `AppService/${name}`;
   const watches = [
@@ -476,7 +478,7 @@ export async function deleteInOrder(
     }, timeoutMs);
   } finally {
     ctl.abort();
-    await Promise.all(watches);
+    await Promise.all(watches.map((w) => w.done));
   }
   const asGone = deleted.get(asKey)!;
   for (const [k, rv] of deleted) {
