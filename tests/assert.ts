@@ -6,9 +6,22 @@
  */
 import nodeAssert from "node:assert/strict";
 
-/** Throws when `cond` is falsy. */
+/**
+ * A failed assertion: {@link assert} throws this, {@link assertEquals} throws node's
+ * `AssertionError`. Polling helpers (`waitFor`) rethrow both at once instead of retrying.
+ */
+export class AssertionError extends Error {
+  override name = "AssertionError";
+}
+
+/** Whether `err` is a failed assertion (ours or `node:assert`'s), never a "not yet". */
+export function isAssertionError(err: unknown): boolean {
+  return err instanceof AssertionError || err instanceof nodeAssert.AssertionError;
+}
+
+/** Throws an {@link AssertionError} when `cond` is falsy. */
 export function assert(cond: unknown, msg = "assertion failed"): asserts cond {
-  if (!cond) throw new Error(msg);
+  if (!cond) throw new AssertionError(msg);
 }
 
 /** Deep strict equality. */

@@ -1,16 +1,19 @@
 /**
  * The whole test suite, as `deno task test` (and so `.ci/run`) runs it:
  * 1. static checks — `deno fmt --check`, `deno lint`, `deno check`, CRD freshness — each counted
- *    as one test;
+ *    as one test (left out only with `--no-static`);
  * 2. a fresh local control plane (tests/cluster) in `.cache/test-cluster`;
  * 3. `deno test` over tests/unit and tests/e2e with the cluster's folder in
  *    `APPSERVICE_TEST_CLUSTER_DIR`;
  * 4. the control plane stopped again, also on failure or Ctrl-C;
- * 5. the closing line `N passed, N failed` (ignored tests are named with their reason and counted
- *    on the line above it; a skipped test never counts as passed), and exit code 1 when
- *    anything failed.
+ * 5. the test steps counted on one line (`steps: N passed, N failed, N skipped`), then the
+ *    closing line `N passed, N failed, N skipped` counting tests only (each static check, each
+ *    `Deno.test`; a test with a failing step is one failed test; an ignored test is named with its
+ *    reason and counted as skipped, never passed; a test left out by `--filter` is not counted),
+ *    and exit code 1 when anything failed.
  *
- * Extra arguments go to `deno test` (e.g. `deno task test --filter lifecycle`).
+ * Extra arguments go to `deno test` (e.g. `deno task test --filter lifecycle`); `--no-static`
+ * (taken by this runner) leaves out the static checks.
  *
  * @module
  */
@@ -22,6 +25,7 @@ const deno = Deno.execPath();
 let passed = 0;
 let failed = 0;
 let skipped: string[] = [];
+let steps = { passed: 0, failed: 0, skipped: 0 };
 
 async function check(name: string, args: string[]): Promise<void> {
   const t0 = performance.now();
@@ -39,32 +43,75 @@ async function check(name: string, args: string[]): Promise<void> {
   }
 }
 
+/** Passed, failed and skipped (ignored) counts. */
+export interface Tally {
+  /** Ran and passed. */
+  passed: number;
+  /** Ran and failed (a test with a failing step fails too). */
+  failed: number;
+  /** Declared `ignore` (their names are in {@link JunitCounts.ignored}); never passed. */
+  skipped: number;
+}
+
+/** What a deno test JUnit report says, tests and steps apart. */
+export interface JunitCounts {
+  /** `Deno.test` cases. */
+  tests: Tally;
+  /** `t.step` cases, at any depth. */
+  steps: Tally;
+  /** Names of the ignored tests (their reason is in the name). */
+  ignored: string[];
+}
+
 /**
- * Counts a deno test JUnit report: every test and test step is a `<testcase>`; one with `<failure`
- * or `<error` failed. `<skipped/>` marks two kinds, neither counted as passed: tests left out by
- * `--filter` (no `time` attribute: they never ran) and tests declared `ignore` (a `time`
- * attribute), which are returned by name so the reason in their name is shown.
+ * Counts a deno test JUnit report; undefined when it is incomplete. Deno writes every test and
+ * every test step as a `<testcase>`, a step named `<parent> > <step>` after its parent in the same
+ * `<testsuite>`, so a testcase is a step when its name extends another testcase's name of that
+ * suite by ` > `. One with `<failure` or `<error` failed. `<skipped/>` marks two kinds: those left
+ * out by `--filter` (no `time` attribute: they never ran), not counted at all, and those declared
+ * `ignore` (a `time` attribute), counted as skipped.
  */
-export function countJunit(
-  xml: string,
-): { tests: number; failures: number; ignored: string[] } | undefined {
+export function countJunit(xml: string): JunitCounts | undefined {
   if (!xml.includes("</testsuites>")) return undefined;
-  let tests = 0;
-  let failures = 0;
-  const ignored: string[] = [];
-  for (const m of xml.matchAll(/<testcase\b([^>]*?)(?:\/>|>([\s\S]*?)<\/testcase>)/g)) {
-    const attrs = m[1];
-    const body = m[2] ?? "";
-    if (body.includes("<skipped")) {
-      if (/\stime="/.test(attrs)) {
-        ignored.push(unescapeXml(/\sname="([^"]*)"/.exec(attrs)?.[1] ?? ""));
+  const counts: JunitCounts = {
+    tests: { passed: 0, failed: 0, skipped: 0 },
+    steps: { passed: 0, failed: 0, skipped: 0 },
+    ignored: [],
+  };
+  for (const suite of xml.matchAll(/<testsuite\b[^>]*>([\s\S]*?)<\/testsuite>/g)) {
+    const cases = [...suite[1].matchAll(/<testcase\b([^>]*?)(?:\/>|>([\s\S]*?)<\/testcase>)/g)]
+      .map((m) => ({
+        name: unescapeXml(/\sname="([^"]*)"/.exec(m[1])?.[1] ?? ""),
+        ran: /\stime="/.test(m[1]),
+        body: m[2] ?? "",
+      }));
+    const names = new Set(cases.map((c) => c.name));
+    const isStep = (name: string) => {
+      for (let i = name.indexOf(" > "); i > 0; i = name.indexOf(" > ", i + 1)) {
+        if (names.has(name.slice(0, i))) return true;
       }
-      continue;
+      return false;
+    };
+    for (const c of cases) {
+      const step = isStep(c.name);
+      const tally = step ? counts.steps : counts.tests;
+      if (c.body.includes("<skipped")) {
+        if (!c.ran) continue;
+        tally.skipped++;
+        if (!step) counts.ignored.push(c.name);
+      } else if (c.body.includes("<failure") || c.body.includes("<error")) tally.failed++;
+      else tally.passed++;
     }
-    tests++;
-    if (body.includes("<failure") || body.includes("<error")) failures++;
   }
-  return { tests, failures, ignored };
+  return counts;
+}
+
+/** The runner's own arguments taken out of `args`; the rest go to `deno test`. */
+export function parseArgs(args: string[]): { staticChecks: boolean; denoTest: string[] } {
+  return {
+    staticChecks: !args.includes("--no-static"),
+    denoTest: args.filter((a) => a !== "--no-static"),
+  };
 }
 
 function unescapeXml(s: string): string {
@@ -83,9 +130,8 @@ function readJunit(path: string): ReturnType<typeof countJunit> {
 }
 
 async function main(): Promise<number> {
-  const extra = Deno.args;
-  const quick = extra.length > 0; // a filtered run skips the static checks
-  if (!quick) {
+  const { staticChecks, denoTest: extra } = parseArgs(Deno.args);
+  if (staticChecks) {
     await check("fmt", ["fmt", "--check"]);
     await check("lint", ["lint"]);
     await check("types", ["check", "main.ts", "lib/", "tests/", "scripts/", "bench/", "examples/"]);
@@ -126,11 +172,12 @@ async function main(): Promise<number> {
     stop.signal.removeEventListener("abort", onAbort);
     const counts = readJunit(junit);
     if (counts) {
-      passed += counts.tests - counts.failures;
-      failed += counts.failures;
+      passed += counts.tests.passed;
+      failed += counts.tests.failed;
       skipped = counts.ignored;
+      steps = counts.steps;
     }
-    if (!counts || (!st.success && counts.failures === 0)) {
+    if (!counts || (!st.success && counts.tests.failed === 0)) {
       failed++;
       console.log(`deno test exited with code ${st.code} without a complete report`);
     }
@@ -144,11 +191,11 @@ async function main(): Promise<number> {
     Deno.removeSignalListener("SIGINT", onSig);
     Deno.removeSignalListener("SIGTERM", onSig);
   }
-  // Skipped (ignored) tests are never counted as passed; each is named with its reason.
-  // The closing line is exactly `N passed, N failed` (what CI reads); skips are told just above it.
+  // Skipped (ignored) tests are never counted as passed; each is named with its reason. The
+  // closing line counts tests only (what CI reads); the steps are counted on the line above it.
   for (const name of skipped) console.log(`skipped: ${name}`);
-  if (skipped.length) console.log(`${skipped.length} skipped (counted neither passed nor failed)`);
-  console.log(`${passed} passed, ${failed} failed`);
+  console.log(`steps: ${steps.passed} passed, ${steps.failed} failed, ${steps.skipped} skipped`);
+  console.log(`${passed} passed, ${failed} failed, ${skipped.length} skipped`);
   return failed > 0 ? 1 : 0;
 }
 

@@ -31,6 +31,7 @@
  *
  * @module
  */
+import { MESSAGES } from "./messages.ts";
 import { KubeClient, type KubeObject } from "../kube/client.ts";
 import { ApiError, isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
@@ -419,6 +420,11 @@ export class Manager {
       (level: "info" | "warn" | "debug") => (message: string, props: Record<string, unknown>) =>
         this.#logOrHold(() => reflectorLog[level](message, props));
     const logger = { info: holdable("info"), warn: holdable("warn"), debug: holdable("debug") };
+    const watchLabels = { resource: resource.plural };
+    // The series exist (at 0) before the first list and watch.
+    o.metrics.reflectorLists.inc(watchLabels, 0);
+    o.metrics.reflectorRelists.inc(watchLabels, 0);
+    o.metrics.reflectorWatchesOpen.inc(watchLabels, 0);
     const r = new Reflector<T>({
       client: o.client,
       resource,
@@ -428,10 +434,12 @@ export class Manager {
       fieldSelector: opts.fieldSelector,
       idleTimeoutMs: o.watchIdleTimeoutMs,
       useWatchList: o.useWatchList,
+      onWatchOpen: (open) => o.metrics.reflectorWatchesOpen.inc(watchLabels, open ? 1 : -1),
       onEvent: (ev: ReflectorEvent) => {
         switch (ev.type) {
           case "listed":
-            logger.info("Listed", {
+            o.metrics.reflectorLists.inc(watchLabels);
+            logger.info(MESSAGES.listed, {
               resourceVersion: ev.resourceVersion,
               items: ev.items,
               pages: ev.pages,
@@ -447,8 +455,8 @@ export class Manager {
             logger.debug("Watch ended", { resourceVersion: ev.resourceVersion, events: ev.events });
             break;
           case "relist":
-            o.metrics.reflectorRelists.inc({ resource: resource.plural });
-            logger.warn("Watch resourceVersion expired (410 Gone); relisting", {
+            o.metrics.reflectorRelists.inc(watchLabels);
+            logger.warn(MESSAGES.relisting, {
               resourceVersion: ev.resourceVersion,
             });
             break;
@@ -727,7 +735,7 @@ export class Manager {
         else leading.signal.addEventListener("abort", () => r(), { once: true });
       });
       controllerDone = Promise.all(controllers.map(async ({ controller, informers }) => {
-        this.#log.info("Starting workers", {
+        this.#log.info(MESSAGES.startingWorkers, {
           controller: controller.name,
           workerCount: controller.workers,
         });
@@ -740,6 +748,9 @@ export class Manager {
     if (o.leaderElect) {
       const leaseName = `${o.leaderElectionNamespace}/${o.leaderElectionId}`;
       o.metrics.leaderStatus.set({ name: o.leaderElectionId }, 0);
+      const change = (c: "acquired" | "lost" | "released", n = 1) =>
+        o.metrics.leaderChanges.inc({ name: o.leaderElectionId, change: c }, n);
+      for (const c of ["acquired", "lost", "released"] as const) change(c, 0);
       // The Lease needs a client without the write fence (and without the reconcilers' Retry-After
       // gate): the one given, or one of our own on the same connection.
       let leaseClient = o.leaderElectionClient;
@@ -760,18 +771,20 @@ export class Manager {
         retryPeriodMs: o.retryPeriodMs,
         onStartedLeading: () => {
           o.metrics.leaderStatus.set({ name: o.leaderElectionId }, 1);
-          this.#log.info("Acquired the Lease; leading", { lease: leaseName, identity: o.identity });
+          change("acquired");
+          this.#log.info(MESSAGES.acquiredLease, { lease: leaseName, identity: o.identity });
           startController();
         },
         onStoppedLeading: (why) => {
           o.metrics.leaderStatus.set({ name: o.leaderElectionId }, 0);
+          change(why === "lost" ? "lost" : "released");
           if (why === "lost") {
             fenced = true;
             for (const { controller } of controllers) controller.fence();
             leading.abort();
-            this.#log.error("Lost the Lease; stopped all writes", { lease: leaseName });
+            this.#log.error(MESSAGES.lostLease, { lease: leaseName });
           } else {
-            this.#log.info("Released the Lease", { lease: leaseName });
+            this.#log.info(MESSAGES.releasedLease, { lease: leaseName });
           }
         },
         onNewLeader: (holder) => this.#log.info("Observed leader", { lease: leaseName, holder }),

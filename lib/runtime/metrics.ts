@@ -1,7 +1,9 @@
 /**
  * Prometheus metrics (prom-client) under the names controller-runtime and client-go export, so
  * existing dashboards work: `controller_runtime_reconcile_*`, `workqueue_*`,
- * `rest_client_requests_total`, `leader_election_master_status`, plus process metrics.
+ * `rest_client_requests_total`, `leader_election_master_status`, plus process metrics, and the
+ * reflectors' own under `appservice_reflector_*` (lists, relists, watch errors, watches open) and
+ * `appservice_leader_election_changes_total`.
  *
  * @module
  */
@@ -73,8 +75,21 @@ export class Metrics {
   readonly leaderStatus: client.Gauge<"name">;
   /** `appservice_reflector_relists_total{resource}`: relists after 410 Gone. */
   readonly reflectorRelists: client.Counter<"resource">;
+  /** `appservice_reflector_lists_total{resource}`: complete lists applied (initial and relists). */
+  readonly reflectorLists: client.Counter<"resource">;
+  /**
+   * `appservice_leader_election_changes_total{name,change}`: this process's leadership changes of
+   * the Lease `name`, `change` one of `acquired`, `lost` (renewal failed) and `released`.
+   */
+  readonly leaderChanges: client.Counter<"name" | "change">;
   /** `appservice_reflector_watch_errors_total{resource}`: failed lists and watches. */
   readonly reflectorWatchErrors: client.Counter<"resource">;
+  /**
+   * `appservice_reflector_watches_open{resource}`: watches the apiserver has accepted and that
+   * have not ended, summed over the reflectors of a resource; each reflector's series exists (at
+   * 0) from its creation. Equal to the number of reflectors when every one is watching.
+   */
+  readonly reflectorWatchesOpen: client.Gauge<"resource">;
 
   /** Creates every metric on a fresh registry, with default process metrics. */
   constructor() {
@@ -221,6 +236,24 @@ export class Metrics {
     this.reflectorWatchErrors = new client.Counter({
       name: "appservice_reflector_watch_errors_total",
       help: "List or watch failures retried with backoff, per resource",
+      labelNames: ["resource"],
+      registers,
+    });
+    this.reflectorLists = new client.Counter({
+      name: "appservice_reflector_lists_total",
+      help: "Complete lists applied to the cache (initial and relists), per resource",
+      labelNames: ["resource"],
+      registers,
+    });
+    this.leaderChanges = new client.Counter({
+      name: "appservice_leader_election_changes_total",
+      help: "Leadership changes of this process per Lease: acquired, lost or released",
+      labelNames: ["name", "change"],
+      registers,
+    });
+    this.reflectorWatchesOpen = new client.Gauge({
+      name: "appservice_reflector_watches_open",
+      help: "Watches accepted by the apiserver and not yet ended, per resource",
       labelNames: ["resource"],
       registers,
     });

@@ -62,6 +62,7 @@ export {
   Manager,
   type ManagerOptions,
 } from "./manager.ts";
+export { MESSAGES } from "./messages.ts";
 export { Metrics } from "./metrics.ts";
 export {
   anyOf,

@@ -165,6 +165,12 @@ export interface ReflectorOptions<T extends KubeObject> {
   useWatchList?: boolean;
   /** Told about each step. Must not throw. */
   onEvent?: (ev: ReflectorEvent) => void;
+  /**
+   * Told `true` when the apiserver accepts a watch (its response headers arrived) and `false`
+   * when that watch ends, once each per watch: the sum over the calls is the number of this
+   * reflector's watches open now (0 or 1). Must not throw.
+   */
+  onWatchOpen?: (open: boolean) => void;
   /** Time for backoff and failure tracking; default the real clock. */
   clock?: Clock;
   /** Source of jitter in [0, 1); default Math.random. */
@@ -352,7 +358,10 @@ export class Reflector<T extends KubeObject> {
     // A stream that the apiserver accepted and that has not failed for this long is healthy,
     // even before its first event.
     let openTimer: unknown;
+    let accepted = false;
     const onOpen = () => {
+      accepted = true;
+      o.onWatchOpen?.(true);
       this.#deaf = undefined;
       openTimer = this.#clock.setTimer(() => this.#succeeded(), VERY_SHORT_WATCH_MS);
     };
@@ -425,6 +434,7 @@ export class Reflector<T extends KubeObject> {
       }
     } finally {
       if (openTimer !== undefined) this.#clock.clearTimer(openTimer);
+      if (accepted) o.onWatchOpen?.(false);
       this.#openWatches--;
     }
     return { rv, events, synced: !replacement };

@@ -13,6 +13,7 @@
  * earlier, wrote again (1 write, 1 s after the standby's first) until its next attempt saw the other
  * holder, then exited 1.
  */
+import { MESSAGES } from "../../lib/runtime/messages.ts";
 import { assert, assertEquals } from "../assert.ts";
 import { LEASES } from "../../lib/kube/resources.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
@@ -125,7 +126,7 @@ Deno.test("adv lease: the Lease deleted by hand — never two replicas writing a
           assert(await isRunning(lead), "the paused leader exited");
           assert(await isRunning(standby), "the standby exited");
           assertEquals(holder, leader, "leadership moved although its holder was alive");
-          assertEquals(logsOf(lead, "Lost the Lease; stopped all writes").length, 0);
+          assertEquals(logsOf(lead, MESSAGES.lostLease).length, 0);
         },
       );
     }

@@ -12,6 +12,7 @@
  * {@link TcpProxy.pause} is exactly that: every live connection and every new one stalls; after
  * {@link TcpProxy.resume} new connections work and the stalled ones stay dead.
  */
+import { MESSAGES } from "../../lib/runtime/messages.ts";
 import { assert, assertEquals } from "../assert.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
@@ -74,7 +75,7 @@ Deno.test("adv stall: a 3 s stall of the path costs the leader nothing; a change
     ]);
     const identity = await leaseIdentityOf(op);
     await op.waitReady();
-    await waitFor("leading", () => logsOf(op!, "Acquired the Lease; leading").length > 0, 30_000);
+    await waitFor("leading", () => logsOf(op!, MESSAGES.acquiredLease).length > 0, 30_000);
     await c.create(APPSERVICES as never, appService(ns, "before", { image: "nginx:1.27" }));
     await waitFor("before Ready", async () => (await getAs(ns, "before")).status?.ready, 60_000);
 
@@ -95,10 +96,10 @@ Deno.test("adv stall: a 3 s stall of the path costs the leader nothing; a change
           await sleep(Math.max(0, resumedAt + 12_000 - Date.now()));
           console.log(
             `round ${round}: Ready ${ms / 1000} s after the path returned; ` +
-              `Lease lost: ${logsOf(op!, "Lost the Lease; stopped all writes").length}`,
+              `Lease lost: ${logsOf(op!, MESSAGES.lostLease).length}`,
           );
           assert(await isRunning(op!), "the leader exited");
-          assertEquals(logsOf(op!, "Lost the Lease; stopped all writes").length, 0, "Lease lost");
+          assertEquals(logsOf(op!, MESSAGES.lostLease).length, 0, "Lease lost");
           assertEquals((await getLease(ns, "advstall"))?.spec?.holderIdentity, identity);
           assert(ms <= RECONCILED_WITHIN_MS, `Ready ${ms} ms after the path returned`);
         },

@@ -11,6 +11,7 @@ import { SPEC_HASH_ANNOTATION } from "../../lib/appservice/pods.ts";
 import {
   admin,
   appService,
+  deleteInOrder,
   dropNamespace,
   getAs,
   installCrd,
@@ -116,23 +117,12 @@ Deno.test("AppService lifecycle: create, Ready, image change, ports, delete", as
     });
 
     await t.step("delete: the Pod goes first, then the AppService", async () => {
-      await c.delete(APPSERVICES as never, "web", { namespace: ns });
-      await waitFor("AppService gone", async () => {
-        try {
-          const a = await getAs(ns, "web");
-          // While the AppService exists, its finalizer holds it.
-          assert(a.metadata.finalizers?.includes(FINALIZER));
-          return false;
-        } catch (err) {
-          if (isNotFound(err)) return true;
-          throw err;
-        }
-      }, 60_000);
-      const pods = await c.list<Pod>(PODS, { namespace: ns });
-      assertEquals(
-        pods.items.filter((p) => !p.metadata?.deletionTimestamp).map((p) => p.metadata?.name),
-        [],
-      );
+      await deleteInOrder(ns, "web");
+      const pods = await c.list<Pod>(PODS, {
+        namespace: ns,
+        labelSelector: "app.kubernetes.io/instance=web",
+      });
+      assertEquals(pods.items.map((p) => p.metadata?.name), []);
     });
 
     await t.step("logs are JSON lines with controller, namespace, name, reconcileID", () => {

@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { AssertionError } from "../assert.ts";
 import { cluster } from "./harness.ts";
 
 /** One audit event (the fields the tests read). */
@@ -78,4 +79,34 @@ export function microTimeMs(ts: string): number {
 /** When the apiserver received the request (epoch ms, to the microsecond). */
 export function receivedMs(e: AuditEvent): number {
   return microTimeMs(e.requestReceivedTimestamp ?? e.stageTimestamp);
+}
+
+/**
+ * The operator's writes received from `sinceMs` until this is called (the window's end), proven
+ * able to see a write: `control` then makes the operator write (a change it must act on), and the
+ * audit log is read again, at most `timeoutMs`, until the same filter (the operator's user agent,
+ * a write verb, `namespace`, `filter`) sees a write received after the end. So an empty result
+ * means "no writes", not "saw nothing": a changed User-Agent, a lagging audit file or a filter
+ * that matches nothing fail here instead.
+ * @throws AssertionError when the control's write is never seen.
+ */
+export async function quietWindowWrites(
+  sinceMs: number,
+  control: () => Promise<unknown>,
+  opts: { namespace?: string; filter?: (e: AuditEvent) => boolean; timeoutMs?: number } = {},
+): Promise<AuditEvent[]> {
+  const end = Date.now();
+  const filter = opts.filter ?? (() => true);
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  await control();
+  const deadline = Date.now() + timeoutMs;
+  for (let i = 0; i < 1_000; i++) {
+    const writes = (await operatorWrites(sinceMs, opts.namespace)).filter(filter);
+    if (writes.some((e) => receivedMs(e) >= end)) return writes.filter((e) => receivedMs(e) < end);
+    if (Date.now() > deadline) break;
+  }
+  throw new AssertionError(
+    `positive control: no write of the operator after the window was seen within ${timeoutMs} ms ` +
+      `(user agent, audit log or filter cannot see writes)`,
+  );
 }

@@ -507,7 +507,7 @@ Deno.test("controller: /metrics serves every metric named in the issue; --sync-p
     const before = metricSum(text, "controller_runtime_reconcile_total", ctl);
     const writes = (t: string) =>
       ["POST", "PATCH", "DELETE"].reduce(
-        (s, method) => s + metricSum(t, "rest_client_requests_total", { method }),
+        (s, method) => s + metricSum(t, "rest_client_requests_total", { method }, { absent: 0 }),
         0,
       );
     const writesBefore = writes(text);

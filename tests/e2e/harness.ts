@@ -11,10 +11,18 @@ import { parse as parseYaml, stringify } from "yaml";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { loadClusterConfig } from "../../lib/kube/config.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
-import { CRDS, LEASES, NAMESPACES } from "../../lib/kube/resources.ts";
+import {
+  CRDS,
+  LEASES,
+  NAMESPACES,
+  PODS,
+  type ResourceType,
+  SERVICES,
+} from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { type ClusterInfo, readClusterInfo } from "../cluster/cluster.ts";
 import { startFlags } from "../../scripts/compile.ts";
+import { AssertionError, isAssertionError } from "../assert.ts";
 
 /** Repository root. */
 export const REPO = new URL("../../", import.meta.url).pathname.replace(/\/$/, "");
@@ -48,7 +56,10 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Polls `fn` every `intervalMs` until it returns a value other than undefined/false, at most
- * `timeoutMs`. @throws Error naming `what` and the last value or error on timeout.
+ * `timeoutMs`. Any other throw of `fn` means "not yet", but a failed assertion
+ * ({@link isAssertionError}) is rethrown at once: an `assert` inside a predicate fails the test.
+ * @throws the assertion error of `fn`, or an Error naming `what` and the last value or error on
+ * timeout.
  */
 export async function waitFor<T>(
   what: string,
@@ -64,6 +75,7 @@ export async function waitFor<T>(
       if (v !== undefined && v !== false) return v as T;
       last = v;
     } catch (err) {
+      if (isAssertionError(err)) throw err;
       last = err;
     }
     if (Date.now() > deadline) break;
@@ -183,7 +195,10 @@ export interface Operator {
   stderr(): string;
   /** Waits until /readyz answers 200. */
   waitReady(timeoutMs?: number): Promise<void>;
-  /** GET /metrics text (plain HTTP: the harness's default `--metrics-secure=false`). */
+  /**
+   * GET /metrics text (plain HTTP: the harness's default `--metrics-secure=false`).
+   * @throws Error on any status but 200
+   */
   metrics(): Promise<string>;
   /** GET /readyz: status and body. */
   readyz(): Promise<{ status: number; body: string }>;
@@ -270,7 +285,9 @@ export async function startOperator(
     },
     async metrics() {
       const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
-      return await r.text();
+      const text = await r.text();
+      if (r.status !== 200) throw new Error(`GET /metrics: ${r.status} ${text.slice(0, 200)}`);
+      return text;
     },
     async readyz() {
       const r = await fetch(`http://127.0.0.1:${healthPort}/readyz`);
@@ -319,17 +336,44 @@ export function logsOf(op: Operator, message: string): LogLine[] {
   return op.logs().filter((l) => l.message === message) as LogLine[];
 }
 
-/** Sum of the samples of `name` whose labels include `labels` (Prometheus exposition text). */
-export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
+/**
+ * Sum of the samples of `name` whose labels include `labels` (Prometheus exposition text). A test
+ * relies on the series it reads, so none matching is an error, unless `opts.absent` gives the
+ * value to read instead (for a series that may rightly not exist yet, e.g. a count of 429s).
+ * @throws Error naming the series when no sample matches and `opts.absent` is not given
+ */
+export function metricSum(
+  text: string,
+  name: string,
+  labels: Record<string, string> = {},
+  opts: { absent?: number } = {},
+): number {
   let sum = 0;
+  let found = false;
   for (const line of text.split("\n")) {
     const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
     if (!m || m[1] !== name) continue;
     const have: Record<string, string> = {};
     for (const kv of (m[3] ?? "").matchAll(/(\w+)="([^"]*)"/g)) have[kv[1]] = kv[2];
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) sum += Number(m[4]);
+    if (Object.entries(labels).every(([k, v]) => have[k] === v)) {
+      sum += Number(m[4]);
+      found = true;
+    }
   }
-  return sum;
+  if (found) return sum;
+  if (opts.absent !== undefined) return opts.absent;
+  throw new Error(`no series ${name}${JSON.stringify(labels)} in the metrics`);
+}
+
+/**
+ * How often `op` has `change`d leadership (any Lease), from its
+ * `appservice_leader_election_changes_total`; the series exists once it campaigns.
+ */
+export async function leaderChanges(
+  op: Operator,
+  change: "acquired" | "lost" | "released",
+): Promise<number> {
+  return metricSum(await op.metrics(), "appservice_leader_election_changes_total", { change });
 }
 
 /** The Lease identity an operator campaigns with (from its "Waiting for the Lease" line). */
@@ -358,4 +402,89 @@ export async function getLease(ns: string, name: string): Promise<Lease | undefi
 /** Whether the operator process is still running (it has not exited within 50 ms). */
 export function isRunning(op: Operator): Promise<boolean> {
   return Promise.race([op.status.then(() => false), sleep(50).then(() => true)]);
+}
+
+/**
+ * Deletes AppService `name` in `ns` and checks the order its finalizer promises: every Pod
+ * labelled `app.kubernetes.io/instance=<name>` (and the Service `name`, with `service`) leaves the
+ * API before the AppService does, and every version of the AppService seen until then still holds
+ * the finalizer. Both are watched from a listing taken before the delete and the DELETED events'
+ * resourceVersions are compared: the test cluster has one etcd, so these are revisions of one
+ * sequence. Bounded by `timeoutMs`.
+ * @throws AssertionError naming what went out of order; Error on timeout.
+ */
+export async function deleteInOrder(
+  ns: string,
+  name: string,
+  opts: { service?: boolean; timeoutMs?: number } = {},
+): Promise<void> {
+  const c = await admin();
+  const timeoutMs = opts.timeoutMs ?? 60_000;
+  const ctl = new AbortController();
+  const deleted = new Map<string, number>(); // "Pod/x", "Service/x", "AppService/x" -> revision
+  const pending = new Set<string>();
+  const violations: string[] = [];
+  let failure: unknown;
+  const follow = async <T extends KubeObject>(
+    kind: string,
+    rt: ResourceType,
+    sel: { labelSelector?: string; fieldSelector?: string },
+    check: (o: T) => void = () => {},
+  ) => {
+    const l = await c.listAll<T>(rt, { namespace: ns, ...sel });
+    for (const o of l.items) pending.add(`${kind}/${o.metadata!.name}`);
+    // Wrapped: an async function returning the promise itself would wait for the watch to end.
+    const done = (async () => {
+      try {
+        for await (
+          const ev of c.watch<T>(rt, {
+            namespace: ns,
+            ...sel,
+            resourceVersion: l.resourceVersion,
+            timeoutSeconds: Math.ceil(timeoutMs / 1000) + 5,
+            signal: ctl.signal,
+          })
+        ) {
+          const key = `${kind}/${ev.object.metadata?.name}`;
+          if (ev.type === "ADDED") pending.add(key);
+          if (ev.type === "DELETED") deleted.set(key, Number(ev.object.metadata!.resourceVersion));
+          else if (ev.type !== "BOOKMARK") check(ev.object);
+        }
+      } catch (err) {
+        if (!ctl.signal.aborted) failure = err;
+      }
+    })();
+    return { done };
+  };
+  const asKey = `AppService/${name}`;
+  const watches = [
+    await follow<KubeObject>("Pod", PODS, { labelSelector: `app.kubernetes.io/instance=${name}` }),
+    await follow<AppService>("AppService", APPSERVICES as never, {
+      fieldSelector: `metadata.name=${name}`,
+    }, (a) => {
+      if (!a.metadata.finalizers?.includes(FINALIZER)) {
+        violations.push(`AppService ${name} lost its finalizer at ${a.metadata.resourceVersion}`);
+      }
+    }),
+    ...(opts.service
+      ? [await follow<KubeObject>("Service", SERVICES, { fieldSelector: `metadata.name=${name}` })]
+      : []),
+  ];
+  try {
+    await c.delete(APPSERVICES as never, name, { namespace: ns });
+    await waitFor(`${asKey} and its ${[...pending].join(", ")} deleted`, () => {
+      if (failure) throw failure;
+      return [...pending].every((k) => deleted.has(k));
+    }, timeoutMs);
+  } finally {
+    ctl.abort();
+    await Promise.all(watches.map((w) => w.done));
+  }
+  const asGone = deleted.get(asKey)!;
+  for (const [k, rv] of deleted) {
+    if (k !== asKey && rv > asGone) {
+      violations.push(`${k} deleted at revision ${rv}, after ${asKey} at ${asGone}`);
+    }
+  }
+  if (violations.length > 0) throw new AssertionError(violations.join("\n"));
 }

@@ -23,7 +23,7 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
-import { describe, operatorWrites } from "./audit.ts";
+import { describe, operatorWrites, quietWindowWrites } from "./audit.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 
@@ -257,8 +257,15 @@ Deno.test("S20: an owned Service converges whatever other field managers own", a
         // At rest afterwards: no more writes to it.
         const rest = Date.now();
         await sleep(3_000);
-        const after = (await operatorWrites(rest, ns)).filter((e) =>
-          e.objectRef?.resource === "services"
+        // Positive control: another AppService with ports, whose Service the operator creates.
+        const after = await quietWindowWrites(
+          rest,
+          () =>
+            c.create(
+              AS,
+              appService(ns, `control-${k.name}`, { image: "nginx:1.27", ports: BEFORE }),
+            ),
+          { namespace: ns, filter: (e) => e.objectRef?.resource === "services" },
         );
         assertEquals(after.length, 0, `writes after convergence:\n${describe(after)}`);
       });

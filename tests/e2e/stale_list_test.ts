@@ -17,6 +17,7 @@
  * apiserver, the operators, the proxy).
  */
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
+import { MESSAGES } from "../../lib/runtime/messages.ts";
 import { assert, assertEquals } from "../assert.ts";
 import type { KubeClient } from "../../lib/kube/client.ts";
 import { PODS, type ResourceType } from "../../lib/kube/resources.ts";
@@ -233,14 +234,14 @@ Deno.test("stale cache at failover: a standby whose apiserver's watch cache lags
       async () => {
         const a = await startOperator(lease);
         l.ops.push(a);
-        await waitFor("the first operator leads", () => logged(a, "Acquired the Lease; leading"));
+        await waitFor("the first operator leads", () => logged(a, MESSAGES.acquiredLease));
         const b = await startOperator([`--kubeconfig=${l.kubeconfig}`, ...lease]);
         l.ops.push(b);
         await b.waitReady();
         await l.c.create(AS, appService(l.ns, "web", { image: "nginx:1.27", replicas: 2 }));
         await settled(l.ns, "web", 2);
         await secondCaughtUp(l);
-        assert(!logged(b, "Acquired the Lease; leading"), "the standby leads");
+        assert(!logged(b, MESSAGES.acquiredLease), "the standby leads");
       },
     );
 
@@ -254,7 +255,7 @@ Deno.test("stale cache at failover: a standby whose apiserver's watch cache lags
 
     await t.step("the standby takes over on its stale cache: no Pod deleted", async () => {
       const b = l.ops[1];
-      await waitFor("the standby leads", () => logged(b, "Acquired the Lease; leading"), 30_000);
+      await waitFor("the standby leads", () => logged(b, MESSAGES.acquiredLease), 30_000);
       // Its reconcile either deletes (acting on replicas 2) or fails (the AppService cannot be
       // read consistently through that apiserver while its etcd stalls).
       const seen = await waitFor("a Pod deleted, or a failed reconcile", () => {

@@ -32,7 +32,7 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
-import { describe, operatorWrites } from "./audit.ts";
+import { describe, quietWindowWrites } from "./audit.ts";
 import { addTestNode, removeTestNode } from "./test_node.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
@@ -374,7 +374,12 @@ Deno.test("S18: the AppService names why a Pod is stuck (status, condition, Even
       await sleep(12_000); // the last Event series update goes out within its bound
       const since = Date.now();
       await sleep(20_000);
-      const writes = await operatorWrites(since, ns);
+      // Positive control: a new AppService the operator must act on, seen by the same filter.
+      const writes = await quietWindowWrites(
+        since,
+        () => c.create(AS, appService(ns, "control-s9", { image: "nginx:1.27" })),
+        { namespace: ns },
+      );
       assertEquals(writes.length, 0, `writes while nothing changed:\n${describe(writes)}`);
     });
   } finally {

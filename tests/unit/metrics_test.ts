@@ -67,8 +67,11 @@ Deno.test({
  * them before the event-loop monitor was replaced (dashboards depend on the names).
  */
 const EXPORTED_NAMES = [
+  "appservice_leader_election_changes_total",
+  "appservice_reflector_lists_total",
   "appservice_reflector_relists_total",
   "appservice_reflector_watch_errors_total",
+  "appservice_reflector_watches_open",
   "controller_runtime_active_workers",
   "controller_runtime_max_concurrent_reconciles",
   "controller_runtime_reconcile_errors_total",

@@ -1,31 +1,30 @@
 /**
- * The suite's closing count (tests/run.ts countJunit): an ignored test (a skipped container test)
- * is never counted as passed and is reported by name; a test left out by --filter is not counted.
+ * The suite's count (tests/run.ts): tests and steps apart, from a real deno test JUnit report of
+ * a tiny suite (tests/fixtures/junit/tiny_suite.ts: a passing and a failing step, an ignored and
+ * a filtered test), and the runner's arguments.
  */
 import { assertEquals } from "../assert.ts";
-import { countJunit } from "../run.ts";
+import { countJunit, parseArgs } from "../run.ts";
 
-Deno.test("countJunit: ignored tests are listed, not passed; filtered ones are not counted", () => {
-  const xml = `<?xml version="1.0" encoding="UTF-8"?>
-<testsuites name="deno test" tests="4" failures="1" errors="0" time="0.010">
-    <testsuite name="./a_test.ts" tests="4" disabled="2" errors="0" failures="1">
-        <testcase name="container (skipped: podman is not installed &amp; runc)" classname="./a_test.ts" time="0.000" line="1" col="6">
-            <skipped/>
-        </testcase>
-        <testcase name="runs" classname="./a_test.ts" time="0.000" line="2" col="6">
-        </testcase>
-        <testcase name="filtered" classname="./a_test.ts" line="3" col="6">
-            <skipped/>
-        </testcase>
-        <testcase name="fails" classname="./a_test.ts" time="0.001" line="4" col="6">
-            <failure message="x">x</failure>
-        </testcase>
-    </testsuite>
-</testsuites>`;
-  assertEquals(countJunit(xml), {
-    tests: 2,
-    failures: 1,
+const REPORT = new URL("../fixtures/junit/report.xml", import.meta.url);
+
+Deno.test("countJunit: tests and steps apart; ignored tests skipped by name; filtered ones not counted", async () => {
+  assertEquals(countJunit(await Deno.readTextFile(REPORT)), {
+    // "with steps" fails once (its failing step), "passes alone" passes; the filtered one is absent.
+    tests: { passed: 1, failed: 1, skipped: 1 },
+    steps: { passed: 1, failed: 1, skipped: 0 },
     ignored: ["container (skipped: podman is not installed & runc)"],
   });
   assertEquals(countJunit("<testsuites>"), undefined);
+});
+
+Deno.test("parseArgs: arguments pass through to deno test; only --no-static drops the static checks", () => {
+  assertEquals(parseArgs(["--filter", "lifecycle", "--fail-fast"]), {
+    staticChecks: true,
+    denoTest: ["--filter", "lifecycle", "--fail-fast"],
+  });
+  assertEquals(parseArgs(["--no-static", "--filter", "x"]), {
+    staticChecks: false,
+    denoTest: ["--filter", "x"],
+  });
 });

@@ -1,0 +1,23 @@
+/**
+ * Log messages of the runtime that people and tests match on (log queries, alerts, the
+ * end-to-end tests, which import these rather than repeat the text). The runtime logs exactly
+ * these strings as the `message` of its JSON lines.
+ *
+ * @module
+ */
+
+/** The `message` of the runtime's log lines that are matched on. */
+export const MESSAGES = {
+  /** A reflector applied a complete list (initial, or a relist). */
+  listed: "Listed",
+  /** A watch's resourceVersion was gone (410); the reflector lists again. */
+  relisting: "Watch resourceVersion expired (410 Gone); relisting",
+  /** A controller's workers start (with leader election: once this process leads). */
+  startingWorkers: "Starting workers",
+  /** This process acquired the Lease. */
+  acquiredLease: "Acquired the Lease; leading",
+  /** This process lost the Lease (renewal failed) and fenced every write. */
+  lostLease: "Lost the Lease; stopped all writes",
+  /** This process gave the Lease up (shutdown). */
+  releasedLease: "Released the Lease",
+} as const;
