@@ -311,7 +311,7 @@ export function planRollout(
   // slot, where replacements.ts counts its failures in a row.
   const create: number[] = [];
   let want = p.replicas - currentKept;
-  const order = [...[...preferSlots].filter((s) => s < slots).sort((a, b) => a - b)];
+  const order = [...preferSlots].filter((s) => s < slots).sort((a, b) => a - b);
   for (let s = 0; s < slots; s++) if (!preferSlots.has(s)) order.push(s);
   for (const s of order) {
     if (want === 0) break;

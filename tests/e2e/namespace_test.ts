@@ -1,5 +1,5 @@
 /**
- * S21 of ../shared/SCENARIOS.md: the namespace of running AppServices is deleted. While the
+ * S21 of docs/scenarios.md: the namespace of running AppServices is deleted. While the
  * namespace controller deletes their Pods, the operator must not fight it: after the first
  * "namespace is being terminated" answer (403 with a StatusCause of type NamespaceTerminating,
  * from the NamespaceLifecycle admission plugin) it creates nothing there, Events included. Counted
@@ -27,7 +27,7 @@ const AS = APPSERVICES as unknown as ResourceType;
 /** AppServices in the namespace, and Pods each. */
 const APPS = 4;
 const REPLICAS = 3;
-/** The scenario's bounds (SCENARIOS.md S21). */
+/** The scenario's bounds (docs/scenarios.md S21). */
 const MAX_REFUSED_PER_APPSERVICE = 3;
 const MAX_ERROR_LINES = 10;
 /** How long the namespace may take to go (bounded wait; measured figure logged). */

@@ -1,7 +1,7 @@
 /**
  * The complete reconciler on the local control plane (kwok runs the Pods): replicas, rollouts,
  * drift, the Service, status, Events, deletion, and the scenarios S4, S6, S8, S9 of
- * ../shared/SCENARIOS.md. One operator serves every step.
+ * docs/scenarios.md. One operator serves every step.
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";

@@ -1,5 +1,5 @@
 /**
- * S19 at write time (../shared/SCENARIOS.md): what only the write can tell — a
+ * S19 at write time (docs/scenarios.md): what only the write can tell — a
  * ValidatingAdmissionPolicy refusing the Pods or the Service, a ResourceQuota refusing a Pod — is
  * reported (condition Degraded with a reason naming the refused write, and a Warning Event) and
  * retried slowly: at most 5 refused attempts in the first minute (counted in the apiserver's audit

@@ -1,5 +1,5 @@
 /**
- * S20 (../shared/SCENARIOS.md): another field manager holds fields of the owned Service; the
+ * S20 (docs/scenarios.md): another field manager holds fields of the owned Service; the
  * AppService's ports change. The AppService is the only source of truth for the Service it
  * controls: the Service's ports, selector and type converge to it within 15 s and fewer than 10
  * writes, whichever way the other manager wrote (server-side apply with the same or different

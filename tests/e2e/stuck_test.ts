@@ -1,5 +1,5 @@
 /**
- * S18 of ../shared/SCENARIOS.md: a Pod of an AppService cannot start, and the AppService says why.
+ * S18 of docs/scenarios.md: a Pod of an AppService cannot start, and the AppService says why.
  *
  * kwok plays a healthy kubelet, so this test plays a failing one: it adds a Node that kwok does not
  * manage (no `kwok.x-k8s.io/node` annotation; tests/cluster starts kwok with
