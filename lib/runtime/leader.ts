@@ -314,14 +314,17 @@ export class LeaderElector {
    */
   async tryAcquireOrRenew(signal?: AbortSignal): Promise<boolean> {
     const o = this.#o;
-    const now = this.#clock.now();
-    const spec = (prev?: Lease["spec"]) => {
+    let now = this.#clock.now();
+    // The record's times are those of the write's sending (the stamp taken right before it), not
+    // of the attempt's start: a read held up on a slow or stalled connection must not date the
+    // renewal in the past (issue 25: 4.5 s after a stall).
+    const spec = (sentMs: number, prev?: Lease["spec"]) => {
       const taking = prev?.holderIdentity !== o.identity;
       return {
         holderIdentity: o.identity,
         leaseDurationSeconds: o.leaseDurationSeconds,
-        acquireTime: taking ? microTime(now) : prev?.acquireTime ?? microTime(now),
-        renewTime: microTime(now),
+        acquireTime: taking ? microTime(sentMs) : prev?.acquireTime ?? microTime(sentMs),
+        renewTime: microTime(sentMs),
         // client-go counts every acquisition by a new holder, also of a released (empty) Lease;
         // only the creation of the Lease starts at 0.
         leaseTransitions: taking
@@ -333,8 +336,10 @@ export class LeaderElector {
       let current: Lease;
       try {
         current = await o.client.get<Lease>(LEASES, o.name, { namespace: o.namespace, signal });
+        now = this.#clock.now(); // observed when the answer arrived
       } catch (err) {
         if (!isNotFound(err)) throw err;
+        now = this.#clock.now();
         // Deleted (by hand, a cleanup, a pruning tool) while another candidate held it: that
         // holder may still be working and will re-create it at its next renewal. Taking it now
         // would make two leaders; wait as for an expired Lease, a lease duration after its last
@@ -351,9 +356,9 @@ export class LeaderElector {
           apiVersion: "coordination.k8s.io/v1",
           kind: "Lease",
           metadata: { name: o.name, namespace: o.namespace },
-          spec: spec(undefined),
+          spec: spec(stamp.wallMs),
         }, { signal });
-        this.#observe(this.#lease, now);
+        this.#observe(this.#lease, stamp.wallMs);
         this.fence.renewed(stamp);
         return true;
       }
@@ -368,9 +373,9 @@ export class LeaderElector {
       const stamp = this.fence.stamp();
       this.#lease = await o.client.update<Lease>(LEASES, {
         ...current,
-        spec: { ...current.spec, ...spec(current.spec) },
+        spec: { ...current.spec, ...spec(stamp.wallMs, current.spec) },
       }, { signal });
-      this.#observe(this.#lease, now);
+      this.#observe(this.#lease, stamp.wallMs);
       this.fence.renewed(stamp);
       return true;
     } catch (err) {
@@ -481,13 +486,13 @@ export class LeaderElector {
     if (!this.#leading || !this.#lease) return false;
     this.#leading = false;
     this.fence.revoke();
-    const now = this.#clock.now();
     try {
       const current = await this.#o.client.get<Lease>(LEASES, this.#o.name, {
         namespace: this.#o.namespace,
         signal,
       });
       if (current.spec?.holderIdentity !== this.#o.identity) return false;
+      const now = this.#clock.now(); // stamped when the write is sent
       await this.#o.client.update<Lease>(LEASES, {
         ...current,
         spec: {

@@ -353,3 +353,50 @@ Deno.test("leader: a Lease deleted while another holds it is not taken before th
   const fresh = new FakeLeaseApi();
   assert(await elector(fresh, "c", clock).tryAcquireOrRenew());
 });
+
+Deno.test("leader issue 25: renewTime and acquireTime are the times the Lease write is sent", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const start = clock.now();
+  let unblock!: () => void;
+  let held = new Promise<void>((r) => unblock = r);
+  const base = api.client() as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+  // Every read hangs 4.5 s (a stalled connection, as measured in issue 25), then the write goes.
+  const slow = { ...base, get: async (...a: unknown[]) => (await held, base.get(...a)) };
+  const a = elector(api, "a", clock, { client: slow as unknown as KubeClient });
+  // Acquire (create, the Lease is missing): stamped after the read.
+  let attempt = a.tryAcquireOrRenew();
+  clock.advance(4_500);
+  unblock();
+  assert(await attempt);
+  assertEquals(api.writes[0].verb, "create");
+  assertEquals(api.writes[0].spec?.acquireTime, microTime(start + 4_500));
+  assertEquals(api.writes[0].spec?.renewTime, microTime(start + 4_500));
+  // Renew (update): renewTime when sent, acquireTime kept.
+  held = new Promise<void>((r) => unblock = r);
+  attempt = a.tryAcquireOrRenew();
+  clock.advance(1_000);
+  unblock();
+  assert(await attempt);
+  assertEquals(api.writes[1].verb, "update");
+  assertEquals(api.writes[1].spec?.renewTime, microTime(start + 5_500));
+  assertEquals(api.writes[1].spec?.acquireTime, microTime(start + 4_500));
+  // Take over an expired Lease of another holder: both times when sent.
+  const b = elector(api, "b", clock, { client: slow as unknown as KubeClient });
+  held = new Promise<void>((r) => unblock = r);
+  attempt = b.tryAcquireOrRenew();
+  unblock();
+  assert(!(await attempt), "b took a Lease it has just seen renewed");
+  held = new Promise<void>((r) => unblock = r);
+  attempt = b.tryAcquireOrRenew();
+  clock.advance(4_001);
+  unblock();
+  assert(await attempt);
+  // The expiry counts from b's observation, made when the read answered (start + 5.5 s), not
+  // when the attempt began.
+  assertEquals(api.writes[2].spec?.holderIdentity, "b");
+  assertEquals(api.writes[2].spec?.acquireTime, microTime(start + 9_501));
+  assertEquals(api.writes[2].spec?.renewTime, microTime(start + 9_501));
+  a.fence.revoke();
+  b.fence.revoke();
+});
