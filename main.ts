@@ -154,11 +154,16 @@ async function main(): Promise<number> {
     fail(errorText(err));
   }
   const config = client.config;
+  // The Lease holder identity is `<Pod name>_<random>`: deploy/'s Lease-holder admission policy
+  // compares its prefix with the Pod name of the request's bound ServiceAccount token (README,
+  // "Server-side fence"). The Pod name comes from APPSERVICE_POD_NAME (the downward API in
+  // deploy/deployment.yaml), else the hostname (a Pod's hostname is its name, cut to 63 chars).
   let hostname = "localhost";
   try {
     hostname = Deno.hostname();
   } catch { /* --allow-sys=hostname not granted: keep the fallback */ }
-  const identity = `${hostname}_${crypto.randomUUID().slice(0, 8)}`;
+  const podName = Deno.env.get("APPSERVICE_POD_NAME") || hostname;
+  const identity = `${podName}_${crypto.randomUUID().slice(0, 8)}`;
   // Who we are, asked beside the informers' first lists (the manager's start gate): nothing is
   // served, elected or written before the answer, and a refusal ends the start-up in one line.
   const connected = whoAmI(client).then((user) =>

@@ -42,7 +42,7 @@ import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { ClusterConfig } from "./config.ts";
 import { ConnectionHealth, type Recovery } from "./connection.ts";
 import { CREDENTIAL_FILE_CHECK_MS, CredentialProvider } from "./credentials.ts";
-import { ApiError, networkErrorReason, type Status } from "./errors.ts";
+import { ApiError, fencedByServer, networkErrorReason, type Status } from "./errors.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
 import { RetryAfterGate, sleep, TokenBucket } from "./throttle.ts";
 import {
@@ -686,7 +686,10 @@ export class KubeClient {
         }
         continue;
       }
-      throw new ApiError(resp.status, status, { retryAfterSeconds: retryAfter, request: label });
+      // The Lease-holder admission policy's refusal is a fenced write, not an API error.
+      throw fencedByServer(
+        new ApiError(resp.status, status, { retryAfterSeconds: retryAfter, request: label }),
+      );
     }
   }
 

@@ -1,7 +1,8 @@
 /**
  * Typed errors for the Kubernetes client: {@link ApiError} carries a `metav1.Status`,
  * {@link ConfigError} a one-line description of an unusable kubeconfig or credential, and
- * {@link FencedError} a write the client refused to send (its write fence was closed).
+ * {@link FencedError} a write the client refused to send (its write fence was closed) or that the
+ * apiserver refused because this replica is not the Lease's holder (the server-side fence).
  *
  * Code branches on `code` and `reason` (the metav1.StatusReason values of the Kubernetes API
  * conventions, "Response Status Kind"), never on message text.
@@ -81,14 +82,21 @@ export type FenceReason =
   /** This process does not hold the Lease (not yet, or no longer). */
   | "NotLeader"
   /** It holds the Lease, but its last successful renewal is older than the renew deadline. */
-  | "RenewalStale";
+  | "RenewalStale"
+  /**
+   * Sent, and refused by the apiserver: deploy/'s ValidatingAdmissionPolicy found that the Lease
+   * names another holder (see {@link isLeaseHolderRefusal}). Nothing was stored.
+   */
+  | "NotLeaseHolder";
 
 /**
  * A write the client refused to send because its write fence was closed at the moment of sending
- * (S13: only the Lease holder with a fresh renewal writes). Nothing went over the network, so it
- * is always safe to retry later; a reconcile that meets it ends and is requeued, and it is not a
- * reconcile error. Raised by a `WriteFence` (lib/kube/client.ts), e.g. the Lease holder's
- * `LeaseFence` (lib/runtime/leader.ts).
+ * (S13: only the Lease holder with a fresh renewal writes), or one the apiserver refused because
+ * the Lease names another holder (S23, reason `NotLeaseHolder`, built by {@link fencedByServer}).
+ * Nothing was stored either way, so it is always safe to retry later; a reconcile that meets it
+ * ends and is requeued, and it is not a reconcile error. Raised by a `WriteFence`
+ * (lib/kube/client.ts), e.g. the Lease holder's `LeaseFence` (lib/runtime/leader.ts), and by the
+ * client for the apiserver's refusal.
  */
 export class FencedError extends Error {
   /** Why the fence was closed. */
@@ -98,24 +106,71 @@ export class FencedError extends Error {
   /** Milliseconds since the start of the last successful Lease renewal; undefined if none. */
   readonly renewalAgeMs?: number;
 
-  /** Builds a FencedError for `request` (verb and path). */
-  constructor(reason: FenceReason, request: string, renewalAgeMs?: number) {
+  /** The apiserver's answer, for reason `NotLeaseHolder`. */
+  readonly apiError?: ApiError;
+
+  /**
+   * Builds a FencedError for `request` (verb and path); `apiError` is the apiserver's refusal
+   * when `reason` is `NotLeaseHolder`.
+   */
+  constructor(reason: FenceReason, request: string, renewalAgeMs?: number, apiError?: ApiError) {
     super(
-      `${request}: not sent: ${
-        reason === "NotLeader"
-          ? "this process does not hold the Lease"
-          : `the last Lease renewal started ${Math.round(renewalAgeMs ?? 0)} ms ago, ` +
-            "past the renew deadline"
-      }`,
+      reason === "NotLeaseHolder"
+        ? `${request}: refused by the apiserver: not the Lease holder (${
+          apiError?.status?.message ?? "no message"
+        })`
+        : `${request}: not sent: ${
+          reason === "NotLeader"
+            ? "this process does not hold the Lease"
+            : `the last Lease renewal started ${Math.round(renewalAgeMs ?? 0)} ms ago, ` +
+              "past the renew deadline"
+        }`,
     );
     this.name = "FencedError";
     this.reason = reason;
     this.request = request;
     this.renewalAgeMs = renewalAgeMs;
+    this.apiError = apiError;
   }
 }
 
-/** True for a {@link FencedError}: a write refused by the fence, never sent. */
+/**
+ * The phrase deploy/lease_fence_policy.yaml starts its refusal with (`messageExpression`), which
+ * the apiserver returns inside its own message (`pods "p" is forbidden: ValidatingAdmissionPolicy
+ * '<policy>' with binding '<binding>' denied request: <our message>`). A policy's refusal can carry only the reasons
+ * Forbidden, Invalid, Unauthorized or RequestEntityTooLarge, none of them ours alone, so this
+ * phrase is the contract between the policy and the client; keep the two in step.
+ */
+export const LEASE_FENCE_PHRASE = "not the Lease holder";
+
+/**
+ * True for the apiserver's refusal of a write by deploy/'s Lease-holder admission policy
+ * (issue 25, S23): 403 Forbidden from a ValidatingAdmissionPolicy whose message starts with
+ * {@link LEASE_FENCE_PHRASE} (`... ValidatingAdmissionPolicy '<policy>' ... denied request: not
+ * the Lease holder: ...`). The one place where a message is read: no reason or cause tells a
+ * policy's refusal apart from RBAC's.
+ */
+export function isLeaseHolderRefusal(err: unknown): err is ApiError {
+  if (!(err instanceof ApiError) || err.code !== 403) return false;
+  const msg = err.status?.message ?? "";
+  return msg.includes("ValidatingAdmissionPolicy '") &&
+    msg.includes(`denied request: ${LEASE_FENCE_PHRASE}`);
+}
+
+/**
+ * The error a client throws for an error answer: a {@link FencedError} (reason `NotLeaseHolder`)
+ * for the Lease-holder policy's refusal ({@link isLeaseHolderRefusal}), else `err` itself.
+ */
+export function fencedByServer(err: ApiError): ApiError | FencedError {
+  return isLeaseHolderRefusal(err)
+    ? new FencedError("NotLeaseHolder", err.request ?? "", undefined, err)
+    : err;
+}
+
+/**
+ * True for a {@link FencedError}: a write refused by the client's fence (never sent) or by the
+ * apiserver's Lease-holder policy (nothing stored).
+ */
 export const isFenced = (err: unknown): err is FencedError => err instanceof FencedError;
 
 /**

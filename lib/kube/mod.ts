@@ -41,6 +41,7 @@ export {
 export {
   ApiError,
   ConfigError,
+  fencedByServer,
   FencedError,
   type FenceReason,
   isAlreadyExists,
@@ -49,11 +50,13 @@ export {
   isForbidden,
   isGone,
   isInvalid,
+  isLeaseHolderRefusal,
   isNamespaceTerminating,
   isNotFound,
   isThrottled,
   isTooManyRequests,
   isUnauthorized,
+  LEASE_FENCE_PHRASE,
   networkErrorReason,
   type Status,
 } from "./errors.ts";

@@ -162,7 +162,9 @@ export function defaultErrorPolicy(err: unknown): ErrorDecision | undefined {
     return {
       requeue: true,
       expected: {
-        message: "Writes fenced: the Lease renewal is stale; requeued",
+        message: err.reason === "NotLeaseHolder"
+          ? "Write refused by the apiserver: not the Lease holder; requeued"
+          : "Writes fenced: the Lease renewal is stale; requeued",
         fields: { reason: err.reason, request: err.request, renewalAgeMs: err.renewalAgeMs },
       },
     };

@@ -12,7 +12,8 @@ export interface AuditEvent {
   verb: string;
   requestURI: string;
   userAgent?: string;
-  user?: { username?: string };
+  /** `extra` holds e.g. the Pod name of a bound ServiceAccount token. */
+  user?: { username?: string; extra?: Record<string, string[]> };
   objectRef?: {
     apiGroup?: string;
     resource?: string;

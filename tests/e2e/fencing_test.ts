@@ -1,7 +1,9 @@
 /**
- * Fenced writes end to end (issue 11, S13): two operator replicas with --leader-elect, each with a
- * ServiceAccount of its own (so the audit log names the replica of every request), while a
- * bounded background loop keeps scaling and editing AppServices. Each round SIGSTOPs the leader
+ * Fenced writes end to end (issue 11, S13): two operator replicas with --leader-elect, replicas of
+ * one ServiceAccount each with a token bound to a Pod of its own (so the audit log names the
+ * replica of every request: `user.extra`, the Pod name), with deploy/'s Lease-holder admission
+ * policy installed for them (issue 25, S23), while a bounded background loop keeps scaling and
+ * editing AppServices. Each round SIGSTOPs the leader
  * for longer than the lease duration, waits until the standby holds the Lease, SIGCONTs the old
  * leader (which then finds the Lease lost and exits 1) and starts a replacement with the same
  * identity, as a Deployment would; the new leader is paused in the next round.
@@ -12,12 +14,14 @@
  * `spec.acquireTime` while the writer is not the holder. The Lease itself and the start-up
  * SelfSubjectReview (a review, which stores nothing) are not writes.
  *
- * The one exception the fence cannot close, counted and reported separately: a write handed to
- * fetch while its renewal was fresh, then held in the paused (or starved) process before it
- * reached the wire. Each late write is traced, by the Audit-ID the client sends, to the moment it
- * was handed to fetch (the operators' debug log line "Sending"); it belongs to that window only if
- * that was at least leaseDuration − renewDeadline before the new holder's acquireTime (the fence
- * cannot have passed it later). Anything else is a fence violation and fails the test.
+ * The one exception the client's fence cannot close, counted and reported separately: a write
+ * handed to fetch while its renewal was fresh, then held in the paused (or starved) process before
+ * it reached the wire. Each late write is traced, by the Audit-ID the client sends, to the moment
+ * it was handed to fetch (the operators' debug log line "Sending"); it belongs to that window only
+ * if that was at least leaseDuration − renewDeadline before the new holder's acquireTime (the fence
+ * cannot have passed it later). Anything else is a fence violation and fails the test. Such a
+ * write is then the apiserver's to refuse: none of them may be applied (2xx); each is refused by
+ * the policy (403) or by a check made before admission (409 on a stale resourceVersion, 404).
  * Short timings keep the rounds short: lease 4 s, renew deadline 3 s, retry period 1 s.
  */
 import { assert, assertEquals } from "../assert.ts";
@@ -48,19 +52,23 @@ import {
   waitFor,
 } from "./harness.ts";
 import { type AuditEvent, auditEvents, microTimeMs, receivedMs, WRITE_VERBS } from "./audit.ts";
-import { type OperatorIdentity, operatorIdentity } from "./identity.ts";
+import { podBoundIdentities, podOf, type ReplicaIdentity } from "./identity.ts";
+import { installLeaseFence, VALIDATION_FAILURE_ANNOTATION } from "./lease_fence.ts";
 import { applyDeployRbac } from "./resources.ts";
+import {
+  type Background,
+  churnAppServices,
+  type Holding,
+  holdingAt,
+  recordHolders,
+  SHORT_LEASE_FLAGS,
+} from "./lease_rounds.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 /** Pause rounds (issue 11: at least 20). */
 const ROUNDS = 20;
 const LEASE_MS = 4_000;
 const RENEW_DEADLINE_MS = 3_000;
-const TIMING_FLAGS = [
-  "--leader-elect-lease-duration=4s",
-  "--leader-elect-renew-deadline=3s",
-  "--leader-elect-retry-period=1s",
-];
 /** AppServices the background loop keeps changing. */
 const APPS = 6;
 /** Pause between two changes of the background loop (ms). */
@@ -70,8 +78,8 @@ const NOT_WRITES = new Set(["selfsubjectreviews", "leases"]);
 
 interface Replica {
   op: Operator;
-  who: OperatorIdentity;
-  /** Lease holder identity (hostname_suffix). */
+  who: ReplicaIdentity;
+  /** Lease holder identity (`<Pod name>_<random>`). */
   identity: string;
 }
 
@@ -82,13 +90,6 @@ interface Round {
   exitCode: number | undefined;
 }
 
-/** A change of the Lease's holder, as recorded by polling it. */
-interface Holding {
-  identity: string;
-  /** `spec.acquireTime` (epoch ms). */
-  fromMs: number;
-}
-
 Deno.test("fenced writes: a paused leader sends no write after another replica took the Lease (S13)", async (t) => {
   await installCrd();
   const deployed = await applyDeployRbac(await admin(), REPO);
@@ -97,8 +98,14 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
   const workNs = await newNamespace("fencing");
   const leaseName = `fencing-${crypto.randomUUID().slice(0, 6)}`;
   const dir = await Deno.makeTempDir({ prefix: "fencing-" });
-  const whoA = await operatorIdentity(deployed, leaseNs, "replica-a", dir);
-  const whoB = await operatorIdentity(deployed, leaseNs, "replica-b", dir);
+  const { account, replicas: [whoA, whoB] } = await podBoundIdentities(
+    deployed,
+    leaseNs,
+    "operator",
+    ["replica-a", "replica-b"],
+    dir,
+  );
+  const policy = await installLeaseFence(leaseName, account.user, leaseNs, leaseName);
   const flags = [
     "--leader-elect",
     `--leader-election-namespace=${leaseNs}`,
@@ -107,16 +114,18 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
     "--max-concurrent-reconciles=4",
     // Each request logged (send time, Audit-Id): a write after takeover is traced to its send.
     "--log-level=debug",
-    ...TIMING_FLAGS,
+    ...SHORT_LEASE_FLAGS,
   ];
   const all: Operator[] = [];
-  const startReplica = async (who: OperatorIdentity): Promise<Replica> => {
-    const op = await startOperator([`--kubeconfig=${who.kubeconfig}`, ...flags]);
+  const startReplica = async (who: ReplicaIdentity): Promise<Replica> => {
+    const op = await startOperator([`--kubeconfig=${who.kubeconfig}`, ...flags], {
+      APPSERVICE_POD_NAME: who.podName,
+    });
     all.push(op);
     return { op, who, identity: await leaseIdentityOf(op) };
   };
-  let churning = true;
-  let churn: Promise<number> = Promise.resolve(0);
+  let churn: Background<number> | undefined;
+  let recorder: Background<Holding[]> | undefined;
   const since = Date.now();
   try {
     const names = Array.from({ length: APPS }, (_, i) => `app-${i}`);
@@ -144,47 +153,15 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
       return true;
     }, 90_000);
 
-    // Bounded background changes: scale 1..3 and switch the image every other pass, so the leader
-    // creates and deletes Pods, replaces drifted ones, writes status and records Events.
-    churn = (async () => {
-      const deadline = Date.now() + 20 * 60_000;
-      let n = 0;
-      for (let i = 0; churning && i < 50_000 && Date.now() < deadline; i++) {
-        const pass = Math.floor(i / APPS);
-        const spec = { replicas: 1 + (pass % 3), image: pass % 2 ? "nginx:1.28" : "nginx:1.27" };
-        await c.patch(AS, names[i % APPS], { spec }, { namespace: workNs }).then(
-          () => n++,
-          () => {},
-        );
-        await sleep(CHURN_INTERVAL_MS);
-      }
-      return n;
-    })();
-
-    // Every holder and its acquireTime, polled all along (bounded), for the audit analysis.
-    const holdings: Holding[] = [];
-    let recording = true;
-    const recorder = (async () => {
-      const deadline = Date.now() + 20 * 60_000;
-      for (let i = 0; recording && i < 100_000 && Date.now() < deadline; i++) {
-        const l = await getLease(leaseNs, leaseName).catch(() => undefined);
-        const h = l?.spec?.holderIdentity;
-        const from = l?.spec?.acquireTime ? Date.parse(l.spec.acquireTime) : NaN;
-        const last = holdings[holdings.length - 1];
-        if (h && (!last || last.identity !== h || last.fromMs !== from)) {
-          holdings.push({ identity: h, fromMs: from });
-        }
-        await sleep(50);
-      }
-    })();
-    const users = new Map<string, string>(); // Lease identity -> user
+    // Bounded background changes (the leader creates and deletes Pods, writes status, records
+    // Events), and every holder with its acquireTime, for the audit analysis.
+    churn = churnAppServices(workNs, names, CHURN_INTERVAL_MS);
+    recorder = recordHolders(leaseNs, leaseName);
     const replace = async (gone: Replica): Promise<Replica> => {
       const r = await startReplica(gone.who);
-      users.set(r.identity, r.who.user);
       await r.op.waitReady();
       return r;
     };
-    for (const r of replicas) users.set(r.identity, r.who.user);
 
     const rounds: Round[] = [];
     await t.step(`${ROUNDS} rounds: pause the leader past the lease, resume it`, async () => {
@@ -230,10 +207,8 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
       }
       assertEquals(rounds.length, ROUNDS);
     });
-    churning = false;
-    const changes = await churn;
-    recording = false;
-    await recorder;
+    const changes = await churn.stop();
+    const holdings = await recorder.stop();
     console.log(`background changes: ${changes}; holders: ${holdings.length}`);
 
     await t.step("the last leader converges every AppService", async () => {
@@ -249,9 +224,8 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
     });
 
     await t.step("audit log: no write by a replica that is not the holder", async () => {
-      const byUser = new Set([whoA.user, whoB.user]);
       const writes = (await auditEvents(since)).filter((e) =>
-        byUser.has(e.user?.username ?? "") && WRITE_VERBS.has(e.verb) &&
+        e.user?.username === account.user && WRITE_VERBS.has(e.verb) &&
         !NOT_WRITES.has(e.objectRef?.resource ?? "")
       );
       assert(writes.length > 0, "no writes in the audit log");
@@ -266,9 +240,8 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
       const late: { e: AuditEvent; afterMs: number; sentBeforeMs?: number; holder: number }[] = [];
       for (const e of writes) {
         const at = receivedMs(e);
-        let k = -1;
-        for (let i = 0; i < holdings.length; i++) if (holdings[i].fromMs <= at) k = i;
-        if (k >= 0 && users.get(holdings[k].identity) === e.user?.username) continue;
+        const k = holdingAt(holdings, at);
+        if (k >= 0 && holdings[k].identity.startsWith(`${podOf(e)}_`)) continue;
         const from = k >= 0 ? holdings[k].fromMs : NaN;
         const sent = e.auditID ? sentAt.get(e.auditID) : undefined;
         late.push({
@@ -298,7 +271,7 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
           `max ${lags[lags.length - 1]?.toFixed(2)} ms`,
       );
       const describeLate = (l: (typeof late)[number]) =>
-        `${l.e.user?.username} ${l.e.verb} ${l.e.requestURI} -> ${l.e.responseStatus?.code}, ` +
+        `${podOf(l.e)} ${l.e.verb} ${l.e.requestURI} -> ${l.e.responseStatus?.code}, ` +
         `${l.afterMs.toFixed(0)} ms after acquireTime, ` +
         (l.sentBeforeMs === undefined
           ? "never handed to fetch by the client's log"
@@ -315,6 +288,19 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
           inWindow.map((l) => `\n  remaining window: ${describeLate(l)}`).join(""),
       );
       assertEquals(violations.map(describeLate), []);
+      // The server-side fence: whatever the process did with its bytes, none of them is applied.
+      const code = (l: (typeof late)[number]) => l.e.responseStatus?.code ?? 0;
+      const byPolicy = late.filter((l) =>
+        code(l) === 403 &&
+        (l.e.annotations?.[VALIDATION_FAILURE_ANNOTATION] ?? "").includes(`"${policy.name}"`)
+      );
+      console.log(`S13: late writes refused by the Lease-holder policy: ${byPolicy.length}`);
+      assertEquals(
+        late.filter((l) => !byPolicy.includes(l) && ![404, 409].includes(code(l)))
+          .map(describeLate),
+        [],
+        "late writes neither refused by the policy nor stale",
+      );
       for (const r of rounds) assertEquals(r.exitCode, 1, "the resumed leader exits 1");
     });
 
@@ -375,13 +361,13 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
       );
     }
   } finally {
-    churning = false;
-    await churn;
+    await churn?.stop();
+    await recorder?.stop();
     for (const op of all) await op.stop("SIGKILL", 10_000);
+    await policy.cleanup();
     await dropNamespace(workNs);
     await dropNamespace(leaseNs);
-    await whoA.cleanup();
-    await whoB.cleanup();
+    await account.cleanup();
     await Deno.remove(dir, { recursive: true });
   }
 });

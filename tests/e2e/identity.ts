@@ -10,12 +10,14 @@
 import type { KubeObject } from "../../lib/kube/client.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
 import { admin, cluster } from "./harness.ts";
+import { PODS } from "../../lib/kube/resources.ts";
 import {
   CLUSTER_ROLE_BINDINGS,
   mintToken,
   RBAC,
   ROLE_BINDINGS,
   ROLES,
+  rt,
   type Rule,
   SERVICE_ACCOUNTS,
   writeTokenKubeconfig,
@@ -100,4 +102,84 @@ export async function operatorIdentity(
       });
     },
   };
+}
+
+/** A replica of {@link podBoundIdentities}: its ServiceAccount's user and its own Pod. */
+export interface ReplicaIdentity {
+  /** The ServiceAccount's user name (the same for every replica). */
+  user: string;
+  /** The Pod the token is bound to: `userInfo.extra["authentication.kubernetes.io/pod-name"]`. */
+  podName: string;
+  /** A kubeconfig holding {@link ReplicaIdentity.token}, its server as asked. */
+  kubeconfig: string;
+  /** A token bound to the Pod (TokenRequest with `boundObjectRef` kind Pod; an hour). */
+  token: string;
+}
+
+/** The bound-token extra that names the Pod a ServiceAccount token was issued for. */
+export const POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name";
+
+/** The Pod name of an audit event's user (its bound token's extra); "" when none. */
+export const podOf = (e: { user?: { extra?: Record<string, string[]> } }): string =>
+  e.user?.extra?.[POD_NAME_EXTRA]?.[0] ?? "";
+
+/**
+ * Replicas of one ServiceAccount told apart as in a Deployment: the ServiceAccount `name` in
+ * `namespace` with deploy/'s permissions ({@link operatorIdentity}), one Pod object per name in
+ * `pods` (running that ServiceAccount; never started: a node selector no Node matches keeps it
+ * Pending, and it needs no more than to exist), and per Pod a token bound to it, so
+ * the apiserver puts the Pod's name in `userInfo.extra` (what deploy/'s Lease-holder admission
+ * policy compares with the Lease). Each replica's kubeconfig points at `servers[i]` (default the
+ * cluster's server), e.g. a fault proxy of its own.
+ * @returns the ServiceAccount's identity (for cleanup) and the replicas, in the order of `pods`
+ */
+export async function podBoundIdentities(
+  deployObjects: (KubeObject & { rules?: Rule[] })[],
+  namespace: string,
+  name: string,
+  pods: string[],
+  dir: string,
+  servers: string[] = [],
+): Promise<{ account: OperatorIdentity; replicas: ReplicaIdentity[] }> {
+  const c = await admin();
+  const info = await cluster();
+  const account = await operatorIdentity(deployObjects, namespace, name, dir);
+  const replicas: ReplicaIdentity[] = [];
+  for (const [i, podName] of pods.entries()) {
+    const pod = await c.create<KubeObject>(PODS, {
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name: podName, namespace },
+      spec: {
+        serviceAccountName: name,
+        // No node runs it: a selector no Node matches keeps it Pending.
+        nodeSelector: { "e2e.apps.our-org.com/no-such-node": "true" },
+        containers: [{ name: "operator", image: "appservice-operator:e2e" }],
+      },
+    } as KubeObject);
+    const tr = await c.create<KubeObject & { status?: { token?: string } }>(
+      rt("v1", "TokenRequest", `serviceaccounts/${name}/token`, true),
+      {
+        apiVersion: "authentication.k8s.io/v1",
+        kind: "TokenRequest",
+        spec: {
+          expirationSeconds: 3600,
+          boundObjectRef: { apiVersion: "v1", kind: "Pod", name: podName, uid: pod.metadata!.uid },
+        },
+      } as KubeObject,
+      { namespace },
+    );
+    const token = tr.status?.token;
+    if (!token) throw new Error(`no token minted for ${namespace}/${name} bound to ${podName}`);
+    const kubeconfig = `${dir}/kubeconfig-${name}-${podName}`;
+    await writeTokenKubeconfig(
+      kubeconfig,
+      servers[i] ?? info.server,
+      info.caCertFile,
+      token,
+      namespace,
+    );
+    replicas.push({ user: account.user, podName, kubeconfig, token });
+  }
+  return { account, replicas };
 }

@@ -112,7 +112,8 @@ export interface RunSetup {
  * readOnlyRootFilesystem -> `--read-only --read-only-tmpfs=false` (no tmpfs that Kubernetes would
  * not add); capabilities -> `--cap-drop`/`--cap-add`; allowPrivilegeEscalation: false ->
  * `--security-opt=no-new-privileges`; limits.memory -> `--memory`; requests.cpu -> `--cpu-shares`
- * (kubelet's milli * 1024 / 1000); limits.cpu -> `--cpus`; env values -> `--env`; command ->
+ * (kubelet's milli * 1024 / 1000); limits.cpu -> `--cpus`; env values -> `--env` (a fieldRef to
+ * `metadata.name`: the container's name); command ->
  * `--entrypoint`; the ServiceAccount folder mounted read-only; `KUBERNETES_SERVICE_HOST/PORT`.
  * @throws Error for a setting this cannot reproduce (e.g. env valueFrom, a seccomp profile other
  *   than RuntimeDefault), so a new manifest setting fails the test instead of being skipped
@@ -158,6 +159,11 @@ export function podmanRunArgs(pod: PodSpec, container: Container, setup: RunSetu
     flags.push(`--cpus=${milliCpu(res.limits.cpu as string) / 1000}`);
   }
   for (const e of container.env ?? []) {
+    // The downward API's Pod name: the container's name here (what the test's Pod would be).
+    if (e.valueFrom?.fieldRef?.fieldPath === "metadata.name") {
+      flags.push(`--env=${e.name}=${setup.name}`);
+      continue;
+    }
     if (e.valueFrom) throw new Error(`env ${e.name}: valueFrom is not reproduced`);
     flags.push(`--env=${e.name}=${e.value ?? ""}`);
   }

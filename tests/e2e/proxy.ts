@@ -17,6 +17,14 @@
  * - {@link TcpProxy.flap}: a flapping link: every `periodMs` every live connection is cut and new
  *   ones are refused for `downMs`, then forwarded again, until {@link TcpProxy.stopFlapping} (or
  *   close).
+ * - {@link TcpProxy.hold}: the path holds the client's bytes (client → server only; answers still
+ *   flow): every byte the client sends on a live or new connection is read (so the client
+ *   believes it sent) and kept, with the time it was sent, and nothing is passed on, the client's
+ *   close included. {@link TcpProxy.deliver} then turns each held connection into a delay line of
+ *   the hold's length D: every byte, and the close, reaches the server D after the client sent
+ *   it, in order and with its original spacing, and the close at least `lingerMs` after the last
+ *   byte — so a request aborted by the client reaches the server long enough before its abort
+ *   (an HTTP/2 RST_STREAM, or the connection's close) to be handled as it would have been.
  *
  * Every address is 127.0.0.1; the proxy never dials anything else. {@link TcpProxy.close} ends
  * the listener, every connection and every pump, so test sanitizers see nothing left behind.
@@ -25,7 +33,19 @@
  */
 
 /** What the proxy does with connections. */
-export type ProxyMode = "forward" | "cut" | "paused";
+export type ProxyMode = "forward" | "cut" | "paused" | "held";
+
+/** A connection whose client → server bytes are held, then delayed (see {@link TcpProxy.hold}). */
+interface Held {
+  /** Bytes sent by the client (`data`), or its close (no `data`), with when (performance.now()). */
+  items: { at: number; data?: Uint8Array }[];
+  /** The delay of every item (ms), set by {@link TcpProxy.deliver}; undefined while held. */
+  delayMs?: number;
+  /** Wakes the writer (a new item, or the delivery). */
+  wake: () => void;
+  /** Delivers the items; ends after the client's close was passed on (or the connection ended). */
+  writer?: Promise<void>;
+}
 
 interface Conn {
   id: number;
@@ -33,6 +53,8 @@ interface Conn {
   upstream?: Deno.TcpConn;
   stalled: boolean;
   closed: boolean;
+  /** Set while (and after) the connection's client bytes are held: see {@link TcpProxy.hold}. */
+  held?: Held;
   /** Resolves when the connection is closed (wakes stalled pumps). */
   done: Promise<void>;
   finish: () => void;
@@ -56,6 +78,9 @@ export class TcpProxy {
   #closed = false;
   #flapTimer?: ReturnType<typeof setInterval>;
   #flapResume?: ReturnType<typeof setTimeout>;
+  /** When the current hold began (performance.now()); undefined when not holding. */
+  #holdStartedAt?: number;
+  #lingerMs = 3_000;
   /** Connections accepted so far, whatever happened to them. */
   accepted = 0;
   /** Cuts made by {@link flap} so far. */
@@ -134,6 +159,91 @@ export class TcpProxy {
   }
 
   /**
+   * Holds every byte clients send from now on, on live and new connections, their closes
+   * included; answers from the server still flow. Ended by {@link deliver}.
+   */
+  hold(): void {
+    if (this.#mode === "held") return;
+    this.#mode = "held";
+    this.#holdStartedAt = performance.now();
+    for (const c of this.#conns.values()) this.#startHolding(c);
+  }
+
+  /** Bytes held so far in the current or last hold, over all connections (closes not counted). */
+  get heldBytes(): number {
+    let n = 0;
+    for (const c of this.#conns.values()) {
+      for (const i of c.held?.items ?? []) n += i.data?.length ?? 0;
+    }
+    return n;
+  }
+
+  /**
+   * Ends {@link hold}: every held connection becomes a delay line of the hold's length D (now
+   * minus the hold's start): its held bytes reach the server D after they were sent, with their
+   * spacing, and so does everything it sends later; the client's close is passed on D after it
+   * came and at least `lingerMs` (ms) after the last byte. New connections are forwarded at once.
+   * @returns D (ms) and how many connections were held
+   */
+  deliver(lingerMs = 3_000): { delayMs: number; connections: number } {
+    if (this.#mode !== "held" || this.#holdStartedAt === undefined) {
+      throw new Error("deliver: not holding");
+    }
+    const delayMs = performance.now() - this.#holdStartedAt;
+    this.#lingerMs = lingerMs;
+    let connections = 0;
+    for (const c of this.#conns.values()) {
+      if (c.held && c.held.delayMs === undefined) {
+        c.held.delayMs = delayMs;
+        c.held.wake();
+        connections++;
+      }
+    }
+    this.#mode = "forward";
+    this.#holdStartedAt = undefined;
+    return { delayMs, connections };
+  }
+
+  #startHolding(conn: Conn): void {
+    if (conn.held) return;
+    const held: Held = { items: [], wake: () => {} };
+    conn.held = held;
+    held.writer = this.#delayLine(conn, held);
+    this.#track(held.writer);
+  }
+
+  /** Passes a held connection's items on once delivered, each `delayMs` after it was sent. */
+  async #delayLine(conn: Conn, held: Held): Promise<void> {
+    let lastWriteAt = -Infinity;
+    for (let i = 0; i < MAX_PUMP_ITERATIONS && !conn.closed; i++) {
+      if (held.delayMs === undefined || held.items.length === 0) {
+        await Promise.race([new Promise<void>((r) => held.wake = r), conn.done]);
+        continue;
+      }
+      const item = held.items[0];
+      const dueAt = item.data
+        ? item.at + held.delayMs
+        : Math.max(item.at + held.delayMs, lastWriteAt + this.#lingerMs);
+      const waitMs = dueAt - performance.now();
+      if (waitMs > 0) {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        await Promise.race([new Promise<void>((r) => timer = setTimeout(r, waitMs)), conn.done]);
+        clearTimeout(timer);
+        continue;
+      }
+      held.items.shift();
+      if (!item.data) return; // the client's close: the connection ends now
+      try {
+        let off = 0;
+        while (off < item.data.length) off += await conn.upstream!.write(item.data.subarray(off));
+      } catch {
+        return;
+      }
+      lastWriteAt = performance.now();
+    }
+  }
+
+  /**
    * A flapping link: every `periodMs` (ms) cut every connection and refuse new ones for `downMs`
    * (ms), then forward again. Runs until {@link stopFlapping} or {@link close}.
    */
@@ -199,6 +309,7 @@ export class TcpProxy {
         finish,
       };
       this.#conns.set(conn.id, conn);
+      if (this.#mode === "held") this.#startHolding(conn);
       this.#track(this.#serve(conn));
     }
   }
@@ -223,35 +334,52 @@ export class TcpProxy {
       this.#pump(conn, conn.client, conn.upstream),
       this.#pump(conn, conn.upstream, conn.client),
     ];
-    // Either side ending ends the connection; closing the sockets wakes the other pump.
-    await Promise.race(pumps);
+    // Either side ending ends the connection; closing the sockets wakes the other pump. When the
+    // client's side ended a held connection, it ends once its delay line has passed the client's
+    // close on (or the proxy closed).
+    const ended = await Promise.race(pumps);
+    if (conn.held && ended === "client") await conn.held.writer;
     this.#closeConn(conn);
     await Promise.allSettled(pumps);
   }
 
-  /** Copies `from` → `to` while the connection forwards; parks while it is stalled. */
-  async #pump(conn: Conn, from: Deno.TcpConn, to: Deno.TcpConn): Promise<void> {
+  /**
+   * Copies `from` → `to` while the connection forwards; parks while it is stalled. Resolves with
+   * the side that ended it (closed, failed, or could not be written to).
+   */
+  async #pump(conn: Conn, from: Deno.TcpConn, to: Deno.TcpConn): Promise<"client" | "server"> {
+    const fromSide = from === conn.client ? "client" : "server";
+    const toSide = fromSide === "client" ? "server" : "client";
     const buf = new Uint8Array(CHUNK_BYTES);
     for (let i = 0; i < MAX_PUMP_ITERATIONS; i++) {
       // A stalled connection reads nothing more (so the sender's window fills) and writes nothing.
       if (conn.stalled) await conn.done;
-      if (conn.closed) return;
+      if (conn.closed) return fromSide;
       let n: number | null;
       try {
         n = await from.read(buf);
       } catch {
-        return;
+        n = null; // reset or closed: as an end of stream
       }
-      if (n === null) return; // EOF: end the whole connection (no half-close needed here)
+      const held = from === conn.client ? conn.held : undefined;
+      if (held) {
+        // Kept (a copy: the buffer is reused) with the time it was sent, for the delay line.
+        held.items.push({ at: performance.now(), data: n === null ? undefined : buf.slice(0, n) });
+        held.wake();
+        if (n === null) return fromSide;
+        continue;
+      }
+      if (n === null) return fromSide; // EOF: end the whole connection (no half-close needed)
       if (conn.stalled) await conn.done; // bytes that arrived as the stall began are held back
-      if (conn.closed) return;
+      if (conn.closed) return fromSide;
       try {
         let off = 0;
         while (off < n) off += await to.write(buf.subarray(off, n));
       } catch {
-        return;
+        return toSide;
       }
     }
+    return fromSide;
   }
 
   #closeConn(conn: Conn): void {
