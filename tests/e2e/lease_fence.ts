@@ -5,6 +5,14 @@
  * one), the ServiceAccount user in the match condition and the Lease in `paramRef`. The CEL
  * expressions, rules, actions and failure policy are deploy/'s, text for text.
  *
+ * kube-apiserver 1.36 stops its informer of a built-in `paramKind` for good (per apiserver
+ * process) once no binding names that kind for a moment, and later policies of that kind then find
+ * no parameter: with `parameterNotFoundAction: Allow`, silently no fence (kubernetes/kubernetes
+ * issue 130887; fixes proposed in PR 141015 and, for 1.36, PR 142150). Tests install and delete
+ * policies one after another in one apiserver, so the first install also creates a keeper — a
+ * policy and binding with the Lease as `paramKind` that match nothing and are never deleted —
+ * which keeps the informer alive for the cluster's lifetime.
+ *
  * @module
  */
 import { parseAllDocuments } from "yaml";
@@ -21,6 +29,54 @@ export const DEPLOY_OPERATOR_USER = "system:serviceaccount:appservice-system:app
 /** The audit annotation of a policy's refusal when its binding has the Audit action. */
 export const VALIDATION_FAILURE_ANNOTATION =
   "validation.policy.admission.k8s.io/validation_failure";
+
+/** Name of the keeper policy and binding (see the module doc). */
+export const KEEPER_NAME = "e2e-lease-param-informer-keeper";
+
+/** Creates the keeper policy and binding unless they exist (see the module doc). */
+async function ensureKeeper(): Promise<void> {
+  const c = await admin();
+  const exists = await c.get(VALIDATING_ADMISSION_POLICY_BINDINGS, KEEPER_NAME).then(
+    () => true,
+    (err) => {
+      if (isNotFound(err)) return false;
+      throw err;
+    },
+  );
+  if (exists) return;
+  const ignoreExists = (err: unknown) => {
+    if ((err as { code?: number }).code !== 409) throw err;
+  };
+  await c.create(VALIDATING_ADMISSION_POLICIES, {
+    apiVersion: "admissionregistration.k8s.io/v1",
+    kind: "ValidatingAdmissionPolicy",
+    metadata: { name: KEEPER_NAME },
+    spec: {
+      failurePolicy: "Ignore",
+      paramKind: { apiVersion: "coordination.k8s.io/v1", kind: "Lease" },
+      matchConstraints: {
+        resourceRules: [{
+          apiGroups: [""],
+          apiVersions: ["v1"],
+          resources: ["configmaps"],
+          operations: ["DELETE"],
+        }],
+      },
+      matchConditions: [{ name: "never", expression: "false" }],
+      validations: [{ expression: "true" }],
+    },
+  } as KubeObject).catch(ignoreExists);
+  await c.create(VALIDATING_ADMISSION_POLICY_BINDINGS, {
+    apiVersion: "admissionregistration.k8s.io/v1",
+    kind: "ValidatingAdmissionPolicyBinding",
+    metadata: { name: KEEPER_NAME },
+    spec: {
+      policyName: KEEPER_NAME,
+      validationActions: ["Deny"],
+      paramRef: { name: KEEPER_NAME, namespace: "default", parameterNotFoundAction: "Allow" },
+    },
+  } as KubeObject).catch(ignoreExists);
+}
 
 /** A policy installed by {@link installLeaseFence}. */
 export interface InstalledLeaseFence {
@@ -45,6 +101,7 @@ export async function installLeaseFence(
   leaseNamespace: string,
   leaseName: string,
 ): Promise<InstalledLeaseFence> {
+  await ensureKeeper();
   const c = await admin();
   const text = await Deno.readTextFile(`${REPO}/deploy/lease_fence_policy.yaml`);
   const docs = parseAllDocuments(text).map((d) => d.toJS() as Doc);

@@ -144,7 +144,12 @@ Deno.test("server-side fence: writes held in the path and delivered after a take
             apiVersion: "coordination.k8s.io/v1",
             kind: "Lease",
             metadata: { name: leaseName, namespace: leaseNs },
-            spec: { holderIdentity: "nobody_0", leaseDurationSeconds: 1 },
+            spec: {
+              holderIdentity: "nobody_0",
+              leaseDurationSeconds: 1,
+              acquireTime: microTime(Date.now()),
+              renewTime: microTime(Date.now()),
+            },
           });
           const err = await waitFor(
             "a write refused",
@@ -171,6 +176,8 @@ Deno.test("server-side fence: writes held in the path and delivered after a take
         appService(workNs, name, { image: "nginx:1.27", ports: [{ containerPort: 80 }] }),
       );
     }
+    // Every holder with its acquireTime, from before the first replica starts.
+    recorder = recordHolders(leaseNs, leaseName);
     const replicas = [await startReplica(0)];
     await replicas[0].op.waitReady();
     await waitFor(
@@ -190,7 +197,6 @@ Deno.test("server-side fence: writes held in the path and delivered after a take
     }, 90_000);
 
     churn = churnAppServices(workNs, names, CHURN_INTERVAL_MS);
-    recorder = recordHolders(leaseNs, leaseName);
 
     const rounds: { delayMs: number; connections: number; heldBytes: number }[] = [];
     await t.step(
@@ -387,27 +393,37 @@ Deno.test("server-side fence: the remaining window, the apiserver's Lease inform
     assertEquals(err.reason, "NotLeaseHolder");
     assert(err.message.includes("refused by the apiserver: not the Lease holder"), err.message);
 
-    // Per Lease change (ms, from the answer to the admin's Lease update): until when the old
-    // holder's writes were still admitted (the answer to its last admitted write; 0: none was),
-    // how many were, and until the new holder's first admitted write.
+    // Per Lease change (ms, from the answer to the admin's Lease update): how long after it a
+    // write of the old holder was still sent and admitted (0: none was), how many were, and when
+    // the new holder's first write was admitted.
     const ROUNDS_W = 20;
     const stillAdmittedMs: number[] = [];
     const admittedCounts: number[] = [];
     const grantedMs: number[] = [];
     for (let r = 0; r < ROUNDS_W; r++) {
       await setHolder(`${who[0].podName}_r${r}`);
-      let t0 = performance.now();
+      const t0 = performance.now();
       for (let i = 0; i < 2_000 && !(await write()); i++) { /* tight loop, bounded */ }
       grantedMs.push(performance.now() - t0);
       await sleep(100);
-      await setHolder(`someone-else_r${r}`);
-      t0 = performance.now();
+      // Four writers of the old holder already running when the takeover is sent: each write
+      // sent after the update's answer and still admitted counts; each stops at its first
+      // refusal sent after the answer (bounded).
+      let answeredAt = Infinity;
+      const update = setHolder(`someone-else_r${r}`).then(() => answeredAt = performance.now());
       let last = 0;
       let admitted = 0;
-      for (let i = 0; i < 2_000 && (await write()); i++) {
-        admitted++;
-        last = performance.now() - t0;
-      }
+      await Promise.all([0, 1, 2, 3].map(async () => {
+        for (let i = 0; i < 2_000; i++) {
+          const sentAt = performance.now();
+          const ok = await write();
+          if (sentAt <= answeredAt) continue;
+          if (!ok) return;
+          admitted++;
+          last = Math.max(last, sentAt - answeredAt);
+        }
+      }));
+      await update;
       stillAdmittedMs.push(last);
       admittedCounts.push(admitted);
       await sleep(50);
@@ -419,8 +435,10 @@ Deno.test("server-side fence: the remaining window, the apiserver's Lease inform
     };
     console.log(
       `S23 remaining window over ${ROUNDS_W} Lease changes (from the Lease update's answer): ` +
-        `the old holder's writes still admitted until ${stat(stillAdmittedMs)}; admitted writes ` +
-        `per change ${admittedCounts.join(",")}; the new holder first admitted after ` +
+        `the old holder's writes still admitted when sent up to ${stat(stillAdmittedMs)} after ` +
+        `it; such writes per change ${
+          admittedCounts.join(",")
+        }; the new holder first admitted after ` +
         `${stat(grantedMs)}`,
     );
   } finally {
