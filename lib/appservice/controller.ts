@@ -24,6 +24,7 @@
 import type { Pod, PodSpec, Service } from "kubernetes-types/core/v1.d.ts";
 import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
 import { PODDISRUPTIONBUDGETS, PODS, SERVICES } from "../kube/resources.ts";
+import type { KubeObject } from "../kube/client.ts";
 import type { Controller } from "../runtime/controller.ts";
 import type { Manager } from "../runtime/manager.ts";
 import { TerminatingNamespaces } from "../runtime/namespaces.ts";
@@ -36,6 +37,7 @@ import {
 import { APPSERVICES, GROUP } from "./api.ts";
 import { MANAGED_SELECTOR, orphanKeys } from "./pods.ts";
 import { appServiceReconciler } from "./reconcile.ts";
+import { RejectedWrites, RESOURCE_QUOTAS } from "./rejections.ts";
 import type { AppService } from "./schema.ts";
 
 /** Name of the AppService controller (metrics label `controller`, logs). */
@@ -59,6 +61,18 @@ export function cachedPod(pod: Pod): Pod {
     pod.spec = { nodeName: spec.nodeName, restartPolicy: spec.restartPolicy } as PodSpec;
   }
   return pod;
+}
+
+/**
+ * The cache transform of ResourceQuotas: only the metadata is kept (a change of a quota is all
+ * the controller reads: it releases the creates a quota refused, rejections.ts). In place;
+ * returns the object.
+ */
+export function quotaOnly(quota: KubeObject): KubeObject {
+  const q = quota as KubeObject & { spec?: unknown; status?: unknown };
+  delete q.spec;
+  delete q.status;
+  return q;
 }
 
 /**
@@ -88,6 +102,10 @@ export function addAppServiceController(manager: Manager): Controller {
     delete: (obj) => terminating.forget(obj.metadata?.namespace, obj.metadata?.uid),
   });
   const events = manager.eventRecorder(REPORTING_CONTROLLER, { terminating });
+  // ResourceQuotas (S24): a change releases the creates a quota refused in its namespace, and
+  // requeues their AppServices, instead of waiting for the slow retry (rejections.ts).
+  const quotas = manager.informer<KubeObject>(RESOURCE_QUOTAS, { transform: quotaOnly });
+  const rejected = new RejectedWrites();
   return manager.add({
     name: CONTROLLER_NAME,
     for: appServices,
@@ -95,7 +113,11 @@ export function addAppServiceController(manager: Manager): Controller {
     owns: [{ informer: pods }, { informer: services }, { informer: pdbs }],
     // Orphans with this operator's labels (left by --cascade=orphan) go to the AppService of
     // their name, which adopts them.
-    watches: [{ informer: pods, map: orphanKeys }, { informer: services, map: orphanKeys }],
+    watches: [
+      { informer: pods, map: orphanKeys },
+      { informer: services, map: orphanKeys },
+      { informer: quotas, map: (q) => rejected.releaseQuota(q.metadata?.namespace) },
+    ],
     reconcile: appServiceReconciler({
       client: manager.client,
       appServices: appServices.store,
@@ -104,6 +126,7 @@ export function addAppServiceController(manager: Manager): Controller {
       pdbs: pdbs.store,
       events,
       terminating,
+      rejected,
     }),
   });
 }

@@ -29,7 +29,19 @@
  * Status is written with the resourceVersion it was computed from as a precondition (a merge patch
  * carrying `metadata.resourceVersion`; the apiserver answers 409 Conflict when the object changed
  * since), so a status computed from a stale cache, or by a replica that lost the Lease, never
- * overwrites a newer one; a 409 there only requeues the key.
+ * overwrites a newer one; a 409 there only requeues the key. The reconciler's own writes do not
+ * make it stale (S24): until the cache shows a write, the next reconcile of the key starts from
+ * the object the apiserver answered, not from the cached version that write replaced (which
+ * caused a 409 and a second write after most scalings).
+ *
+ * Status writes are bounded (S24, docs/design/status.md): a change of state (counts, a
+ * condition's status or reason, a Pod's phase, readiness or stuck reason, observedGeneration) is
+ * written at once; a change of only counters and messages (restart counts, back-off texts, a
+ * refused write's attempt count) at most once per 30 s per AppService (status.ts
+ * `statusWriteAtMs`), the reconcile requeueing itself for the held-back write. A crash-looping Pod
+ * thus costs a bounded number of writes, not one per crash. Conditions say what `Ready` says: Pods
+ * that will not become Ready by themselves make `Degraded` True with their reason and names, and
+ * `Progressing` `PodsStuck` (then ProgressDeadlineExceeded), never the words of a healthy start.
  *
  * A write refused by the Lease fence (`FencedError`) or throttled by the apiserver (429, 503 with
  * Retry-After) ends the reconcile at once: it is never reported as a failure in status or Events;
@@ -45,7 +57,9 @@
  * what only the write can tell, S19) sets `Degraded` with reason `PodCreateRejected` or
  * `ServiceRejected`, records a Warning Event and is retried slowly (rejections.ts): other
  * reconciles of the key skip it, and the reconcile asks to be requeued when its retry is due,
- * rather than failing into the work queue's fast error backoff. A new generation is tried at once.
+ * rather than failing into the work queue's fast error backoff. A new generation is tried at once,
+ * and a create a ResourceQuota refused is tried again as soon as a quota of its namespace changes
+ * (controller.ts watches them; rejections.ts).
  *
  * Why a Pod is stuck (S18): the Ready condition names the cause and the Pod, `podStatuses` carry
  * each container's state (status.ts), and each stuck Pod gets one Warning Event per reason
@@ -104,7 +118,7 @@ import { APPSERVICES, FINALIZER } from "./api.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import { desiredService, serviceMatches, servicePatch } from "./service.ts";
 import { desiredPdb, pdbMatches } from "./disruption.ts";
-import { isWriteRejection, type Refusal, RejectedWrites } from "./rejections.ts";
+import { isQuotaRefusal, isWriteRejection, type Refusal, RejectedWrites } from "./rejections.ts";
 import { type PodFailure, PodReplacements } from "./replacements.ts";
 import { planRollout, type RolloutCounts, rolloutParams, slotCount } from "./rollout.ts";
 import {
@@ -120,6 +134,9 @@ import {
   REASON_PROGRESS_DEADLINE_EXCEEDED,
   rolloutProgress,
   statusChanged,
+  statusWriteAtMs,
+  stuckDegradedCondition,
+  stuckPods,
   stuckTerminating,
   TERMINATING_STUCK_AFTER_MS,
 } from "./status.ts";
@@ -143,6 +160,11 @@ export interface ReconcilerDeps {
   terminating?: TerminatingNamespaces;
   /** Wall clock (ms); injected for tests. */
   now?: () => number;
+  /**
+   * The record of refused writes (rejections.ts), shared with the watch that releases the ones a
+   * ResourceQuota refused when a quota changes; without it the reconciler keeps its own.
+   */
+  rejected?: RejectedWrites;
 }
 
 /** Action of the Warning Events about stuck Pods (events.k8s.io/v1 `action`). */
@@ -211,7 +233,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     return isNamespaceClosed(err);
   }
 
-  const rejected = new RejectedWrites(now);
+  const rejected = deps.rejected ?? new RejectedWrites(now);
   const replacements = new PodReplacements(now);
   // Orphans (--cascade=orphan) by the key of the AppService that may adopt them.
   deps.pods.addIndex(ORPHAN_INDEX, orphanKeys);
@@ -220,7 +242,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
   /**
    * Records a refused write and gives the failure to report: the apiserver's answer, how often,
    * and when the next attempt goes (fixed at refusal time, so held reconciles report the same
-   * text and write no status).
+   * text and write no status). `attemptAtMs`: when the attempt started (rejections.ts).
    */
   function refusal(
     key: string,
@@ -229,8 +251,16 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     reason: string,
     what: string,
     err: unknown,
+    attemptAtMs: number,
   ): Failure {
-    const r = rejected.refused(key, as.metadata.generation ?? 0, write, "");
+    const r = rejected.refused(
+      key,
+      as.metadata.generation ?? 0,
+      write,
+      "",
+      isQuotaRefusal(err),
+      attemptAtMs,
+    );
     const inS = Math.round((r.nextAtMs - now()) / 1000);
     const answer = err instanceof ApiError && err.status?.message
       ? `${err.code} ${err.reason}: ${err.status.message}`
@@ -245,22 +275,74 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     return { reason, message: r.message, rejected: true, held: true };
   }
 
+  /**
+   * The AppServices this reconciler wrote, by key, until the cache shows the write (S24): the
+   * object the apiserver answered and the resourceVersions it replaced. While the cache still
+   * holds one of those, a reconcile starts from the answered object instead, so its status write
+   * is not computed from a replaced version (which the apiserver answers with 409 Conflict).
+   */
+  const written = new Map<string, { obj: AppService; replaced: Set<string> }>();
+
+  /**
+   * The newest known version of the cached `cached`: the object this reconciler wrote over it, if
+   * the cache still holds a version that write replaced; else `cached` (the cache has caught up,
+   * or moved on by another writer's change) and the record is dropped.
+   */
+  function newest(key: string, cached: AppService): AppService {
+    const w = written.get(key);
+    if (!w) return cached;
+    if (
+      w.obj.metadata.uid === cached.metadata.uid &&
+      w.replaced.has(cached.metadata.resourceVersion ?? "")
+    ) {
+      return w.obj;
+    }
+    written.delete(key);
+    return cached;
+  }
+
+  /** Notes that `obj` (the apiserver's answer) replaced `from` (see {@link written}). */
+  function noteWritten(key: string, from: AppService, obj: AppService): void {
+    const w = written.get(key);
+    const replaced = w && w.obj === from ? w.replaced : new Set<string>();
+    replaced.add(from.metadata.resourceVersion ?? "");
+    // Bounded: a cache that lags by more versions than this is not waited for.
+    if (replaced.size > 64) replaced.delete(replaced.values().next().value!);
+    written.set(key, { obj, replaced });
+  }
+
+  /**
+   * Writes `next` as the status of `as` when it differs from the stored one: at once when its
+   * state changed, else (only counters and messages) not before {@link statusWriteAtMs} (S24).
+   * Returns the newest object and, when the write was held back, when it is due (ms).
+   */
   async function writeStatus(
+    key: string,
     as: AppService,
     next: AppServiceStatusT,
     signal: AbortSignal,
-  ): Promise<AppService> {
-    if (!statusChanged(as.status, next)) return as;
-    const status = { ...next, lastReconciliation: new Date(now()).toISOString() };
+  ): Promise<{ as: AppService; dueAtMs?: number }> {
+    if (!statusChanged(as.status, next)) return { as };
+    const nowMs = now();
+    const at = statusWriteAtMs(as.status, next, nowMs);
+    if (at > nowMs) return { as, dueAtMs: at };
+    const status = { ...next, lastReconciliation: new Date(nowMs).toISOString() };
     // The resourceVersion `next` was computed from is a precondition (409 when outdated).
     const metadata = { resourceVersion: as.metadata.resourceVersion };
-    return await client.patch<AppService>(APPSERVICES, as.metadata.name!, { metadata, status }, {
-      namespace: as.metadata.namespace,
-      subresource: "status",
-      type: "merge",
-      fieldManager: FIELD_MANAGER,
-      signal,
-    });
+    const got = await client.patch<AppService>(
+      APPSERVICES,
+      as.metadata.name!,
+      { metadata, status },
+      {
+        namespace: as.metadata.namespace,
+        subresource: "status",
+        type: "merge",
+        fieldManager: FIELD_MANAGER,
+        signal,
+      },
+    );
+    if (got?.metadata?.resourceVersion) noteWritten(key, as, got);
+    return { as: got ?? as };
   }
 
   /**
@@ -477,7 +559,12 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
       ];
       try {
-        await writeStatus(as, baseStatus(as, pods, conditions), signal);
+        await writeStatus(
+          `${ns}/${as.metadata.name}`,
+          as,
+          baseStatus(as, pods, conditions),
+          signal,
+        );
       } catch (err) {
         rethrowIfAbortive(err);
         // A 409: computed from an older version; not written, retried below like the rest.
@@ -545,8 +632,12 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     ctx: ReconcileContext,
   ): Promise<ReconcileResult | void> {
     const { signal, logger } = ctx;
-    let as = deps.appServices.get(key);
+    /** When this reconcile started (ms): its writes' attempts start after it. */
+    const startedMs = now();
+    const cached = deps.appServices.get(key);
+    let as = cached && newest(key, cached);
     if (!as) {
+      written.delete(key);
       seenCauses.delete(key);
       rejected.forget(key);
       replacements.forget(key);
@@ -566,6 +657,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
 
     if (!as.metadata.finalizers?.includes(FINALIZER)) {
       const has = as.metadata.finalizers !== undefined && as.metadata.finalizers !== null;
+      const before: AppService = as;
       as = await client.patch<AppService>(
         APPSERVICES,
         name,
@@ -580,6 +672,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           ],
         { namespace: ns, type: "json", fieldManager: FIELD_MANAGER, signal },
       );
+      noteWritten(key, before, as);
       logger.debug("Added finalizer");
     }
 
@@ -691,6 +784,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
               REASON_POD_CREATE_REJECTED,
               `Pod ${pod.metadata?.name}`,
               err,
+              startedMs,
             ),
           );
           break;
@@ -731,7 +825,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           const what = "the new Pod template (dry run), keeping the Pods that serve:";
           failures.push(
             isWriteRejection(err)
-              ? refusal(key, as, "pod-create", REASON_POD_CREATE_REJECTED, what, err)
+              ? refusal(key, as, "pod-create", REASON_POD_CREATE_REJECTED, what, err, startedMs)
               : { reason: "FailedCreatePod", message: `${what} ${errorText(err)}` },
           );
         }
@@ -881,7 +975,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       } else if (namespaceClosed(as, err)) {
         // Its namespace is being deleted (S21): not a failure; nothing more is created there.
       } else if (wantSvc && isWriteRejection(err)) {
-        failures.push(refusal(key, as, "service", REASON_SERVICE_REJECTED, `Service ${name}`, err));
+        failures.push(
+          refusal(key, as, "service", REASON_SERVICE_REJECTED, `Service ${name}`, err, startedMs),
+        );
       } else {
         failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
       }
@@ -964,6 +1060,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     const availableText = `${c.available}/${replicas} Pods available (at least ${minAvailable} ` +
       "needed)";
     const progress = rolloutProgress(as, st, params, nowMs);
+    /** Pods of the slots (not being deleted) that will not become Ready by themselves (S24). */
+    const stuckNow = stuckPods(counted, nowMs).filter((s) => s.cause.reason !== "Completed");
+    const stuckDegraded = stuckDegradedCondition(counted, nowMs);
     const progressing: ConditionInput = converged && st.ready
       ? {
         type: "Progressing",
@@ -982,7 +1081,7 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
           completed.map((p) => p.metadata?.name).join(", ")
         }`,
       }
-      : progressingCondition(c, plan, params, hash, converged, progress, nowMs);
+      : progressingCondition(c, plan, params, hash, converged, progress, nowMs, stuckNow);
     const conditions: ConditionInput[] = [
       readyCondition(ofSlots, st.readyReplicas ?? 0, replicas, st.ready === true, {
         updated: st.updatedReplicas,
@@ -1022,7 +1121,8 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
             stuckGoing.map((x) => `${x.pod.metadata?.name} (${x.message})`).join("; ")
           }`,
         }
-        : { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
+        : stuckDegraded ??
+          { type: "Degraded", status: "False", reason: "AsExpected", message: "no failures" },
     ];
     const next = baseStatus(as, owned, conditions, c);
     /** When this reconcile wants to run again by itself (ms), or Infinity. */
@@ -1036,8 +1136,10 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
     );
     const stuck = newCauses(ofSlots, seenCauses.get(key), as.status?.podStatuses, nowMs);
     let statusOutdated = false;
+    /** When a status change held back (only counters and messages changed) is due (ms). */
+    let statusDueAtMs: number | undefined;
     try {
-      await writeStatus(as, next, signal);
+      statusDueAtMs = (await writeStatus(key, as, next, signal)).dueAtMs;
     } catch (err) {
       if (isNotFound(err)) return;
       if (!isConflict(err)) throw err;
@@ -1088,9 +1190,10 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       // Only refused writes: come back when the first one is due (or at once on a spec change,
       // through the watch), not through the error backoff.
       const dueRejected = rejected.nextDelayMs(key);
+      const wake = Math.min(wakeAtMs, statusDueAtMs ?? Infinity);
       const due = dueRejected === undefined ? undefined : Math.min(
         dueRejected,
-        Number.isFinite(wakeAtMs) ? Math.max(1, wakeAtMs - now()) : Infinity,
+        Number.isFinite(wake) ? Math.max(1, wake - now()) : Infinity,
       );
       if (failures.every((f) => f.rejected) && due !== undefined) {
         logger.info("A write was refused; retrying slowly", {
@@ -1102,8 +1205,9 @@ export function appServiceReconciler(deps: ReconcilerDeps) {
       throw new ReportedError(failures.map((f) => f.message).join("; "));
     }
     if (statusOutdated) return { requeue: true };
-    // A failed Pod held back by its replacement delay, or a Pod being deleted that becomes stuck
-    // terminating: come back then (no watch event will say so).
-    if (Number.isFinite(wakeAtMs)) return { requeueAfterMs: Math.max(1, wakeAtMs - now()) };
+    // A failed Pod held back by its replacement delay, a Pod being deleted that becomes stuck
+    // terminating, or a status change held back: come back then (no watch event will say so).
+    const wakeMs = Math.min(wakeAtMs, statusDueAtMs ?? Infinity);
+    if (Number.isFinite(wakeMs)) return { requeueAfterMs: Math.max(1, wakeMs - now()) };
   };
 }

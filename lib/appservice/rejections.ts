@@ -15,9 +15,17 @@
  * reporting it. The reconciler asks to be requeued at {@link RejectedWrites.nextDelayMs}, so the
  * retry needs nothing from the work queue's error policy.
  *
+ * What refused a write may change by itself: a ResourceQuota raised, an admission policy changed.
+ * Where that is a Kubernetes object the operator can watch, a change of it releases the held
+ * writes it refused (S24): a create refused by a ResourceQuota ({@link isQuotaRefusal}) is
+ * released, and its AppService requeued, when a ResourceQuota of its namespace changes
+ * ({@link RejectedWrites.releaseQuota}, wired in controller.ts), so a quota raised right after a
+ * refusal is acted on within the informer's latency instead of at the next slow retry.
+ *
  * @module
  */
 import { ApiError, isNamespaceTerminating } from "../kube/errors.ts";
+import type { ResourceType } from "../kube/resources.ts";
 
 /** Delay before the first retry of a refused write (ms). */
 export const REJECTED_WRITE_FIRST_RETRY_MS = 5_000;
@@ -35,6 +43,24 @@ export function isWriteRejection(err: unknown): err is ApiError {
     !isNamespaceTerminating(err);
 }
 
+/**
+ * Whether `err` is a refusal by a ResourceQuota: 403 Forbidden whose message carries the quota
+ * admission plugin's words, `exceeded quota: <name>, requested: ...` or `failed quota: <name>:
+ * must specify ...` (k8s.io/apiserver quota admission's messages).
+ */
+export function isQuotaRefusal(err: unknown): err is ApiError {
+  return err instanceof ApiError && err.code === 403 &&
+    /\b(exceeded|failed) quota\b/.test(err.status?.message ?? err.message);
+}
+
+/** core/v1 ResourceQuota, watched so a raised quota releases the creates it refused. */
+export const RESOURCE_QUOTAS: ResourceType = {
+  apiVersion: "v1",
+  kind: "ResourceQuota",
+  plural: "resourcequotas",
+  namespaced: true,
+};
+
 /** What is known about one refused write. */
 export interface Refusal {
   /** Refused attempts at this generation. */
@@ -43,12 +69,18 @@ export interface Refusal {
   nextAtMs: number;
   /** The apiserver's answer to the last attempt. */
   message: string;
+  /** Refused by a ResourceQuota ({@link isQuotaRefusal}): released when one changes. */
+  byQuota?: boolean;
+  /** When the refused attempt started (ms): a quota change after it releases the refusal. */
+  attemptAtMs?: number;
 }
 
 /** Per key, per write and per generation record of refused writes; see the module doc. */
 export class RejectedWrites {
   #now: () => number;
   #byKey = new Map<string, { generation: number; writes: Map<string, Refusal> }>();
+  /** When a ResourceQuota of each namespace last changed (ms), for refusals still in flight. */
+  #quotaChangedAtMs = new Map<string, number>();
 
   /**
    * An empty record.
@@ -73,20 +105,71 @@ export class RejectedWrites {
    */
   held(key: string, generation: number, write: string): Refusal | undefined {
     const r = this.#entry(key, generation).writes.get(write);
-    return r && this.#now() < r.nextAtMs ? r : undefined;
+    return r && this.#now() < this.#dueAtMs(key, r) ? r : undefined;
   }
 
-  /** Records a refused attempt of `write`; returns the refusal with its next attempt time. */
-  refused(key: string, generation: number, write: string, message: string): Refusal {
+  /**
+   * When `r` may be attempted again (ms): its slow retry, or at once when a ResourceQuota of the
+   * key's namespace changed after its attempt started (a change seen while the attempt was in
+   * flight must not wait for the next slow retry).
+   */
+  #dueAtMs(key: string, r: Refusal): number {
+    if (!r.byQuota) return r.nextAtMs;
+    const changed = this.#quotaChangedAtMs.get(key.slice(0, key.indexOf("/")));
+    return changed !== undefined && changed >= (r.attemptAtMs ?? Infinity)
+      ? Math.min(r.nextAtMs, changed)
+      : r.nextAtMs;
+  }
+
+  /**
+   * Records a refused attempt of `write`; returns the refusal with its next attempt time.
+   * `byQuota`: refused by a ResourceQuota (see {@link RejectedWrites.releaseQuota});
+   * `attemptAtMs`: when the refused attempt started (default now).
+   */
+  refused(
+    key: string,
+    generation: number,
+    write: string,
+    message: string,
+    byQuota = false,
+    attemptAtMs = this.#now(),
+  ): Refusal {
     const writes = this.#entry(key, generation).writes;
     const attempts = (writes.get(write)?.attempts ?? 0) + 1;
     const delay = Math.min(
       REJECTED_WRITE_FIRST_RETRY_MS * 2 ** (attempts - 1),
       REJECTED_WRITE_MAX_RETRY_MS,
     );
-    const r = { attempts, nextAtMs: this.#now() + delay, message };
+    const r: Refusal = { attempts, nextAtMs: this.#now() + delay, message };
+    if (byQuota) {
+      r.byQuota = true;
+      r.attemptAtMs = attemptAtMs;
+    }
     writes.set(write, r);
     return r;
+  }
+
+  /**
+   * A ResourceQuota of `namespace` changed: every write there whose last attempt a quota refused
+   * may go at once (its attempt count is kept, so a refusal again waits as long as the next
+   * slow retry would have); so does a refusal of an attempt that started before now and is
+   * recorded later (in flight during the change). Returns the keys (`namespace/name`) to requeue.
+   */
+  releaseQuota(namespace: string | undefined): string[] {
+    const keys: string[] = [];
+    const now = this.#now();
+    if (namespace !== undefined) this.#quotaChangedAtMs.set(namespace, now);
+    for (const [key, e] of this.#byKey) {
+      if (namespace !== undefined && !key.startsWith(`${namespace}/`)) continue;
+      let released = false;
+      for (const r of e.writes.values()) {
+        if (!r.byQuota) continue;
+        r.nextAtMs = Math.min(r.nextAtMs, now);
+        released = true;
+      }
+      if (released) keys.push(key);
+    }
+    return keys;
   }
 
   /** Forgets `write` of `key` (it went through). */
@@ -105,7 +188,7 @@ export class RejectedWrites {
   nextDelayMs(key: string): number | undefined {
     const e = this.#byKey.get(key);
     if (!e || e.writes.size === 0) return undefined;
-    const at = Math.min(...[...e.writes.values()].map((r) => r.nextAtMs));
+    const at = Math.min(...[...e.writes.values()].map((r) => this.#dueAtMs(key, r)));
     return Math.max(1, at - this.#now());
   }
 

@@ -302,10 +302,7 @@ export function readyCondition(
   if (outdated > 0) {
     count += `, ${o.updated ?? replicas - outdated}/${replicas} at the current spec`;
   }
-  const stuck = pods
-    .map((p) => ({ name: p.metadata?.name ?? "", cause: podCause(p, o.nowMs) }))
-    .filter((x): x is { name: string; cause: PodCause } => !!x.cause?.stuck)
-    .sort((a, b) => byOrdinal(a.name, b.name));
+  const stuck = stuckPods(pods, o.nowMs);
   if (stuck.length === 0) {
     // Every Pod Ready, some from the previous spec: a rollout is replacing them.
     const reason = readyReplicas >= replicas && outdated > 0 ? "RollingUpdate" : "ReplicasNotReady";
@@ -313,15 +310,7 @@ export function readyCondition(
   }
   const first = stuck[0];
   let summary = count;
-  if (stuck.length > 1) {
-    const byReason = new Map<string, string[]>();
-    for (const s of stuck) {
-      byReason.set(s.cause.reason, [...(byReason.get(s.cause.reason) ?? []), s.name]);
-    }
-    summary += `; ${stuck.length} stuck: ${
-      [...byReason].map(([r, names]) => `${r} ${names.join(", ")}`).join("; ")
-    }`;
-  }
+  if (stuck.length > 1) summary += `; ${stuck.length} stuck: ${stuckSummary(stuck)}`;
   return {
     type: "Ready",
     status: "False",
@@ -329,6 +318,58 @@ export function readyCondition(
     message: `${first.cause.reason}: ${first.name}: ${
       first.cause.message ? first.cause.message + " " : ""
     }(${summary})`,
+  };
+}
+
+/** A Pod that will not become Ready by itself soon, and why ({@link podCause}). */
+export interface StuckPod {
+  /** The Pod's name. */
+  name: string;
+  /** Its cause (`stuck` true). */
+  cause: PodCause;
+}
+
+/**
+ * The stuck Pods among `pods` ({@link PodCause} `stuck`), by ordinal (a stable order). With
+ * `nowMs`, a Pod being deleted past its grace period is one too ({@link stuckTerminating}).
+ */
+export function stuckPods(pods: Pod[], nowMs?: number): StuckPod[] {
+  return pods
+    .map((p) => ({ name: p.metadata?.name ?? "", cause: podCause(p, nowMs) }))
+    .filter((x): x is StuckPod => !!x.cause?.stuck)
+    .sort((a, b) => byOrdinal(a.name, b.name));
+}
+
+/**
+ * Stuck Pods grouped by reason, in the order of `stuck`: `CrashLoopBackOff web-0, web-1;
+ * Unschedulable web-2`. Names and reasons only (no kubelet message, no count), so the text
+ * changes only when a Pod's reason does, not with each crash.
+ */
+export function stuckSummary(stuck: StuckPod[]): string {
+  const byReason = new Map<string, string[]>();
+  for (const s of stuck) {
+    byReason.set(s.cause.reason, [...(byReason.get(s.cause.reason) ?? []), s.name]);
+  }
+  return [...byReason].map(([r, names]) => `${r} ${names.join(", ")}`).join("; ");
+}
+
+/**
+ * The Degraded condition while Pods are stuck (S24), or undefined when none is: True, reason the
+ * first stuck Pod's cause (as the Ready condition's, e.g. CrashLoopBackOff, Unschedulable,
+ * CreateContainerConfigError), message `<n> Pod(s) cannot become Ready: <stuckSummary>`. A Pod
+ * that completed (exit 0, not restarted under restartPolicy OnFailure or Never) is not a
+ * failure and is left out; so are Pods being deleted (reported as stuck terminating elsewhere).
+ * The message holds no counter or kubelet text, so a crash loop does not change it.
+ */
+export function stuckDegradedCondition(pods: Pod[], nowMs?: number): ConditionInput | undefined {
+  const stuck = stuckPods(pods.filter((p) => !p.metadata?.deletionTimestamp), nowMs)
+    .filter((s) => s.cause.reason !== "Completed");
+  if (stuck.length === 0) return undefined;
+  return {
+    type: "Degraded",
+    status: "True",
+    reason: conditionReason(stuck[0].cause.reason),
+    message: `${stuck.length} Pod(s) cannot become Ready: ${stuckSummary(stuck)}`,
   };
 }
 
@@ -397,8 +438,75 @@ export function statusChanged(
   return strip(old) !== strip(next);
 }
 
+/**
+ * Least time between two status writes of one AppService that change only counters and messages
+ * (ms; S24). 30 s: a crash-looping Pod's kubelet back-off starts at 10 s and doubles, so the first
+ * crashes come faster than this and are coalesced; later ones (40 s and more apart) are written
+ * as they come, so `podStatuses` lags a crash by at most this much. What a user or a pipeline acts
+ * on ({@link statusState}) is never held back.
+ */
+export const COSMETIC_STATUS_INTERVAL_MS = 30_000;
+
+/**
+ * The state part of a status (S24): what is written at once when it changes. The counts
+ * (`ready`, `replicas`, `readyReplicas`, `updatedReplicas`, `availableReplicas`,
+ * `replicasSummary`), `observedGeneration`, `selector`, each condition's type, status, reason,
+ * observedGeneration and `lastUpdateTime`, and per Pod its name, phase, readiness, IP and stuck
+ * reason. The rest is cosmetic: condition messages (e.g. a kubelet's back-off text, a refused
+ * write's attempt count), restart counts, container states and messages; a change of only those
+ * is written at most once per {@link COSMETIC_STATUS_INTERVAL_MS}. Returns a stable JSON text.
+ */
+export function statusState(s: AppServiceStatusT | undefined): string {
+  if (!s) return "";
+  return stableJson({
+    ready: s.ready,
+    replicas: s.replicas,
+    readyReplicas: s.readyReplicas,
+    updatedReplicas: s.updatedReplicas,
+    availableReplicas: s.availableReplicas,
+    replicasSummary: s.replicasSummary,
+    observedGeneration: s.observedGeneration,
+    selector: s.selector,
+    conditions: (s.conditions ?? []).map((c) => [
+      c.type,
+      c.status,
+      c.reason,
+      c.observedGeneration,
+      c.lastUpdateTime,
+    ]),
+    pods: (s.podStatuses ?? []).map((p) => [p.name, p.phase, p.ready, p.podIP, p.reason]),
+  });
+}
+
+/**
+ * When a status change may be written (S24): at once (`nowMs`) when the state
+ * ({@link statusState}) changed or the stored status has no `lastReconciliation`; otherwise (only
+ * counters and messages changed) {@link COSMETIC_STATUS_INTERVAL_MS} after the last write, whose
+ * time is the stored `lastReconciliation` (stamped by every write; so the bound holds across
+ * restarts and leader changes). Times in ms since the epoch.
+ */
+export function statusWriteAtMs(
+  stored: AppServiceStatusT | undefined,
+  next: AppServiceStatusT,
+  nowMs: number,
+  intervalMs = COSMETIC_STATUS_INTERVAL_MS,
+): number {
+  if (statusState(stored) !== statusState(next)) return nowMs;
+  const last = Date.parse(stored?.lastReconciliation ?? "");
+  if (!Number.isFinite(last)) return nowMs;
+  // A clock far behind the last write (another replica's) waits no longer than the interval.
+  return Math.min(Math.max(nowMs, last + intervalMs), nowMs + intervalMs);
+}
+
 /** Progressing reason of a rollout that made no progress for `progressDeadlineSeconds`. */
 export const REASON_PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded";
+
+/**
+ * Progressing reason while every Pod is at the current spec and some are stuck (S24): the rollout
+ * waits for Pods that will not become Ready by themselves (a crash loop, a missing Secret, no
+ * Node that fits), until its deadline.
+ */
+export const REASON_PODS_STUCK = "PodsStuck";
 
 /** When a rollout last made progress, and when its deadline passes (ms). */
 export interface RolloutProgress {
@@ -432,9 +540,11 @@ export function rolloutProgress(
 /**
  * The Progressing condition while the Pods do not yet match the spec: True with the step the
  * rollout is in (RollingUpdate: Pods of another spec remain; Scaling: Pods to add or remove;
- * Creating: just created; WaitingForReady: all there, not all available), or False with
- * {@link REASON_PROGRESS_DEADLINE_EXCEEDED} once nothing moved for `progressDeadlineSeconds`.
- * Carries `lastUpdateTime` (the last progress).
+ * Creating: just created; WaitingForReady: all there, not all available, none stuck;
+ * {@link REASON_PODS_STUCK}: all there, some of `stuck` will not become Ready by themselves, named
+ * with the deadline), or False with {@link REASON_PROGRESS_DEADLINE_EXCEEDED} once nothing moved
+ * for `progressDeadlineSeconds` (naming the stuck Pods). Carries `lastUpdateTime` (the last
+ * progress).
  */
 export function progressingCondition(
   c: RolloutCounts,
@@ -444,6 +554,7 @@ export function progressingCondition(
   converged: boolean,
   progress: RolloutProgress,
   nowMs: number,
+  stuck: StuckPod[] = [],
 ): ConditionInput {
   const r = params.replicas;
   const step = `${c.updated}/${r} Pods at spec hash ${hash} (${c.updatedAvailable} available), ` +
@@ -456,7 +567,20 @@ export function progressingCondition(
       status: "False",
       reason: REASON_PROGRESS_DEADLINE_EXCEEDED,
       message: `no progress for ${params.progressDeadlineSeconds} s: ${step}; ` +
-        (c.outdated > 0 ? "the Pods of the older spec keep serving" : "see the Ready condition"),
+        (c.outdated > 0 ? "the Pods of the older spec keep serving" : "see the Ready condition") +
+        (stuck.length > 0 ? `; stuck: ${stuckSummary(stuck)}` : ""),
+      lastUpdateTime,
+    };
+  }
+  if (converged && stuck.length > 0) {
+    // Not a healthy start: these Pods will not become Ready by themselves soon (S24).
+    return {
+      type: "Progressing",
+      status: "True",
+      reason: REASON_PODS_STUCK,
+      message: `waiting for ${stuck.length} Pod(s) that cannot become Ready by themselves: ` +
+        `${stuckSummary(stuck)}; ${REASON_PROGRESS_DEADLINE_EXCEEDED} at ` +
+        `${new Date(progress.deadlineAtMs).toISOString()} unless they recover (${step})`,
       lastUpdateTime,
     };
   }

@@ -17,6 +17,18 @@
  * cannot flood the apiserver, S9). A series whose Event has gone (the apiserver's event TTL) is
  * created again, as client-go does on a patch's NotFound.
  *
+ * A series keeps the note it was created with (client-go's series never changes it either; an
+ * Event's note is fixed once written). When a repeat says something else (a kubelet's `back-off
+ * 10s` that became `back-off 40s`), the series is finished (its last count written) and a new
+ * Event starts with the new note, so the latest Event says what is true now; at most one new Event
+ * per {@link EVENT_SERIES_MIN_INTERVAL_MS} per series: a note that changes faster (a counter in
+ * the text) counts in the current series until the interval has passed since its Event began.
+ *
+ * A failed write is reported through `onError` as an {@link EventWriteError} that says whether
+ * the Event may exist: a write the fence refused before it was sent ("not sent"), or one that was
+ * in flight when leadership ended and was aborted ("aborted; may have reached the apiserver": the
+ * bytes may already be on the way, and the apiserver may still apply them).
+ *
  * Recording never blocks a reconcile and never throws: {@link EventRecorder.record} queues the
  * write and returns at once; at most {@link EVENT_WRITERS} writes are in flight and at most
  * {@link EVENT_QUEUE_LIMIT} new Events wait (more new ones are dropped and counted, as client-go's
@@ -28,7 +40,7 @@
  * @module
  */
 import type { KubeClient, KubeObject } from "../kube/client.ts";
-import { isNotFound } from "../kube/errors.ts";
+import { type FencedError, isFenced, isNotFound } from "../kube/errors.ts";
 import { EVENTS } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { microTime } from "./leader.ts";
@@ -66,7 +78,10 @@ export interface EventSpec {
 
 /** Options of {@link EventRecorder}. */
 export interface EventRecorderOptions {
-  /** Told when a write fails (events are best effort); not told of namespace refusals. */
+  /**
+   * Told when a write fails (events are best effort), with an {@link EventWriteError} (the
+   * client's error as its `cause`); not told of namespace refusals.
+   */
   onError?: (err: unknown) => void;
   /** Namespaces being deleted: Events for the objects it holds are not created (S21). */
   terminating?: TerminatingNamespaces;
@@ -74,6 +89,53 @@ export interface EventRecorderOptions {
   clock?: Clock;
   /** Overrides {@link EVENT_SERIES_MIN_INTERVAL_MS}. */
   seriesMinIntervalMs?: number;
+}
+
+/**
+ * Whether a fenced write was refused before it was sent: the client's write fence names the
+ * request it refused (`POST /apis/...`), while the fence's abort of writes already handed to
+ * `fetch` carries the one reason of the term that ended (e.g. "write in flight when leadership
+ * ended"), which names no request.
+ */
+export function fencedBeforeSending(err: FencedError): boolean {
+  return /^(POST|PUT|PATCH|DELETE) \//.test(err.request);
+}
+
+/**
+ * A failed Event write, as {@link EventRecorder} reports it through `onError`: which Event, and
+ * whether it may still exist (`sent`: "no" when nothing left this process, "maybe" when the
+ * request was aborted in flight or failed without an answer, "yes" when the apiserver answered).
+ * `cause` is the client's error.
+ */
+export class EventWriteError extends Error {
+  /** Whether the request may have reached the apiserver. */
+  readonly sent: "no" | "maybe" | "yes";
+
+  /** Describes the failed write of the Event `reason` about `regarding` (`kind/name`). */
+  constructor(reason: string, regarding: string, cause: unknown) {
+    let sent: "no" | "maybe" | "yes";
+    let why: string;
+    if (isFenced(cause)) {
+      if (fencedBeforeSending(cause)) {
+        sent = "no";
+        why = `not sent (${
+          cause.reason === "NotLeader"
+            ? "this process does not hold the Lease"
+            : "the last Lease renewal is past the renew deadline"
+        })`;
+      } else {
+        sent = "maybe";
+        why = `aborted; may have reached the apiserver (${cause.request})`;
+      }
+    } else {
+      const code = (cause as { code?: unknown })?.code;
+      sent = typeof code === "number" ? "yes" : "maybe";
+      why = cause instanceof Error ? cause.message : String(cause);
+    }
+    super(`Event ${reason} about ${regarding}: ${why}`, { cause });
+    this.name = "EventWriteError";
+    this.sent = sent;
+  }
 }
 
 /** One isomorphic event: the Event object and its series count. */
@@ -91,6 +153,10 @@ interface Series {
   written: number;
   lastObservedMs: number;
   lastWriteMs: number;
+  /** When its Event began (ms): the first occurrence. */
+  startedMs: number;
+  /** Replaced by a series with a newer note: only its last count remains to be written. */
+  finished?: boolean;
   /** Queued or being written. */
   busy: boolean;
   timer?: unknown;
@@ -169,13 +235,24 @@ export class EventRecorder {
       e.related?.metadata?.uid,
     ].join("|");
     const s = this.#series.get(key);
-    if (s && now - s.lastObservedMs < EVENT_SERIES_FINISH_MS) {
+    const note = e.note.slice(0, NOTE_MAX);
+    const noteChanged = s !== undefined && (s.event as { note?: string }).note !== note &&
+      now - s.startedMs >= this.#intervalMs;
+    if (s && now - s.lastObservedMs < EVENT_SERIES_FINISH_MS && !noteChanged) {
       s.count++;
       s.lastObservedMs = now;
       this.#schedule(s, now);
       return;
     }
-    if (s) this.#clock.clearTimer(s.timer);
+    if (s && noteChanged) {
+      // Its last count is still written (at once), then the new note starts a new Event.
+      s.finished = true;
+      this.#clock.clearTimer(s.timer);
+      s.timer = undefined;
+      if (s.written > 0 && s.count > s.written) this.#enqueue(s);
+    } else if (s) {
+      this.#clock.clearTimer(s.timer);
+    }
     if (this.#pendingCreates() >= EVENT_QUEUE_LIMIT) {
       this.dropped++;
       return;
@@ -190,6 +267,7 @@ export class EventRecorder {
       written: 0,
       lastObservedMs: now,
       lastWriteMs: 0,
+      startedMs: now,
       busy: false,
     };
     this.#series.set(key, fresh);
@@ -252,7 +330,11 @@ export class EventRecorder {
       this.#write(s).finally(() => {
         this.#writers--;
         s.busy = false;
-        if (this.#series.get(s.key) === s) this.#schedule(s, this.#clock.now());
+        if (this.#series.get(s.key) === s) {
+          this.#schedule(s, this.#clock.now());
+        } else if (s.finished && s.written > 0 && s.count > s.written) {
+          this.#enqueue(s); // repeats counted while its last write was in flight
+        }
         this.#pump();
         if (this.#writers === 0 && this.#queue.length === 0) {
           for (const r of this.#idle.splice(0)) r();
@@ -294,7 +376,14 @@ export class EventRecorder {
         this.suppressed++;
         return;
       }
-      this.#onError(err);
+      const ev = s.event as { reason?: string; regarding?: { kind?: string; name?: string } };
+      this.#onError(
+        new EventWriteError(
+          ev.reason ?? "",
+          `${ev.regarding?.kind ?? ""}/${ev.regarding?.name ?? s.baseName}`,
+          err,
+        ),
+      );
     }
   }
 

@@ -327,11 +327,14 @@ export class Manager {
   ): EventRecorder {
     const r = new EventRecorder(this.#o.client, reportingController, this.#o.identity, {
       ...opts,
-      onError: (err) =>
+      onError: (err) => {
+        // The recorder's EventWriteError says whether it was sent; its cause is the client's.
+        const cause = err instanceof Error && err.cause !== undefined ? err.cause : err;
         // Fenced (not the leader now) or throttled: expected, and said elsewhere.
-        isFenced(err) || isThrottled(err)
+        return isFenced(cause) || isThrottled(cause)
           ? this.#log.debug("Event not recorded", { error: errorText(err) })
-          : this.#log.warn("Event not recorded", { error: errorText(err) }),
+          : this.#log.warn("Event not recorded", { error: errorText(err) });
+      },
     });
     this.#recorders.push(r);
     return r;

@@ -385,7 +385,9 @@ Deno.test("controller S11: without permission to list, not ready, retries, recov
     await sleep(Math.max(0, 10_000 - (Date.now() - started)));
     const r = await readyz(op);
     assertEquals(r.status, 500);
-    for (const inf of ["appservices", "pods", "services", "poddisruptionbudgets"]) {
+    for (
+      const inf of ["appservices", "pods", "services", "poddisruptionbudgets", "resourcequotas"]
+    ) {
       assert(
         new RegExp(`\\[-\\]informer-${inf} failed: not synced \\(.*(403|[Ff]orbidden)`).test(
           r.body,
@@ -411,6 +413,7 @@ Deno.test("controller S11: without permission to list, not ready, retries, recov
         { apiGroups: ["apps.our-org.com"], resources: ["appservices"], verbs: ["list", "watch"] },
         { apiGroups: [""], resources: ["pods", "services"], verbs: ["list", "watch"] },
         { apiGroups: ["policy"], resources: ["poddisruptionbudgets"], verbs: ["list", "watch"] },
+        { apiGroups: [""], resources: ["resourcequotas"], verbs: ["list", "watch"] },
       ],
     } as KubeObject);
     await c.create(CLUSTER_ROLE_BINDINGS, {

@@ -141,7 +141,8 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
             const r = a.status?.conditions?.find((x) => x.type === "Ready");
             return r?.reason === "CrashLoopBackOff" &&
               a.status?.podStatuses?.[0]?.restartCount === restarts;
-          }, 30_000);
+            // A restart count alone is written within 30 s of the last write (S24).
+          }, 45_000);
         }
         await waitFor("CrashLoopBackOff Event with series.count 2", async () => {
           const evs = await c.list<KubeObject & { reason?: string; series?: { count?: number } }>(

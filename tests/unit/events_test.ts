@@ -6,12 +6,13 @@
  */
 import { assert, assertEquals } from "../assert.ts";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
-import { ApiError } from "../../lib/kube/errors.ts";
+import { ApiError, FencedError } from "../../lib/kube/errors.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
 import {
   EVENT_SERIES_FINISH_MS,
   EVENT_SERIES_MIN_INTERVAL_MS,
   EventRecorder,
+  EventWriteError,
 } from "../../lib/runtime/events.ts";
 import { TerminatingNamespaces } from "../../lib/runtime/namespaces.ts";
 
@@ -206,4 +207,70 @@ Deno.test("events: any other refusal is reported once and not retried", async ()
   assertEquals(api.calls.length, 1);
   assertEquals(errors.length, 1);
   assertEquals(rec.seriesCount, 0);
+});
+
+Deno.test("events: a repeat with another note finishes the series and starts a new Event with it (S24)", async () => {
+  const clock = new FakeClock();
+  const api = fakeApi();
+  const rec = new EventRecorder(api.client, "ctl", "me", { clock });
+  const crash = (backOff: string) => ({
+    type: "Warning" as const,
+    reason: "CrashLoopBackOff",
+    action: "WaitForPodReady",
+    note: `web-0: back-off ${backOff} restarting failed container=app`,
+    related: pod(0),
+  });
+  rec.record(as, crash("10s"));
+  clock.advance(1_000);
+  rec.record(as, crash("10s"));
+  await rec.flush();
+  // Within the interval since the Event began: a new text counts in the series.
+  clock.advance(1_000);
+  rec.record(as, crash("20s"));
+  await rec.flush();
+  assertEquals(api.stored.size, 1, "a note changing faster than the interval makes no new Event");
+  // After it: the series' last count is written and a new Event says the new text.
+  clock.advance(EVENT_SERIES_MIN_INTERVAL_MS);
+  rec.record(as, crash("40s"));
+  await rec.flush();
+  const evs = [...api.stored.values()] as (Ev & { note?: string })[];
+  assertEquals(evs.length, 2);
+  assertEquals(evs[0].series?.count, 3, "the first series' last count");
+  assert(evs[1].note?.includes("back-off 40s"), evs[1].note);
+  // Its repeats count in the new series.
+  clock.advance(1_000);
+  rec.record(as, crash("40s"));
+  await rec.flush();
+  assertEquals(evs.length, 2);
+  assertEquals((api.stored.get(evs[1].metadata!.name!) as Ev).series?.count, 2);
+});
+
+Deno.test("events: a failed write says whether it may have reached the apiserver", async () => {
+  const inFlight = new FencedError("NotLeader", "write in flight when leadership ended");
+  const refused = new FencedError("NotLeader", "POST /apis/events.k8s.io/v1/namespaces/ns/events");
+  for (
+    const [err, sent, says] of [
+      [inFlight, "maybe", "aborted; may have reached the apiserver"],
+      [refused, "no", "not sent"],
+      [new ApiError(422, { reason: "Invalid", code: 422, message: "bad" }), "yes", "bad"],
+    ] as const
+  ) {
+    const clock = new FakeClock();
+    const api = fakeApi(() => err as ApiError);
+    const errors: unknown[] = [];
+    const rec = new EventRecorder(api.client, "ctl", "me", {
+      clock,
+      onError: (e) => errors.push(e),
+    });
+    rec.record(as, stuck(0));
+    await rec.flush();
+    assertEquals(errors.length, 1);
+    const e = errors[0] as EventWriteError;
+    assert(e instanceof EventWriteError, String(e));
+    assertEquals(e.sent, sent);
+    assertEquals(e.cause, err);
+    assert(e.message.includes(says), e.message);
+    assert(e.message.startsWith("Event ImagePullBackOff about AppService/web: "), e.message);
+    if (sent === "maybe") assert(!e.message.includes("not sent"), e.message);
+  }
 });

@@ -7,6 +7,7 @@ import fc from "fast-check";
 import { assert, assertEquals } from "../assert.ts";
 import { ApiError } from "../../lib/kube/errors.ts";
 import {
+  isQuotaRefusal,
   isWriteRejection,
   REJECTED_WRITE_FIRST_RETRY_MS,
   REJECTED_WRITE_MAX_RETRY_MS,
@@ -87,4 +88,54 @@ Deno.test("rejections: refusals are 400, 403, 413 and 422; not conflicts, thrott
     details: { causes: [{ reason: "NamespaceTerminating" }] }, // StatusCause.Type is `reason` in JSON
   });
   assert(!isWriteRejection(terminating));
+});
+
+Deno.test("rejections: a ResourceQuota change releases the creates a quota refused in its namespace (S24)", () => {
+  let t = 0;
+  const r = new RejectedWrites(() => t);
+  r.refused("ns/a", 1, "pod-create", "exceeded quota", true);
+  r.refused("ns/b", 1, "pod-create", "denied by policy");
+  r.refused("other/c", 1, "pod-create", "exceeded quota", true);
+  t = 1_000;
+  assert(r.held("ns/a", 1, "pod-create"));
+  assertEquals(r.releaseQuota("ns"), ["ns/a"]);
+  assertEquals(r.held("ns/a", 1, "pod-create"), undefined, "released");
+  assert(r.held("ns/b", 1, "pod-create"), "a policy's refusal stays held");
+  assert(r.held("other/c", 1, "pod-create"), "another namespace stays held");
+  // Refused again: the attempt count is kept, so the next wait is the next slow step.
+  const again = r.refused("ns/a", 1, "pod-create", "exceeded quota", true);
+  assertEquals(again.attempts, 2);
+  assertEquals(again.nextAtMs, 1_000 + 2 * REJECTED_WRITE_FIRST_RETRY_MS);
+});
+
+Deno.test("rejections: a quota refusal is told by the quota admission's words", () => {
+  const forbidden = (message: string) =>
+    new ApiError(403, { reason: "Forbidden", code: 403, message });
+  assert(isQuotaRefusal(forbidden(
+    'pods "q-1" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=1, limited: pods=1',
+  )));
+  assert(isQuotaRefusal(forbidden(
+    'pods "q-1" is forbidden: failed quota: compute: must specify limits.cpu for: app',
+  )));
+  assert(!isQuotaRefusal(forbidden('pods "q-1" is forbidden: denied by policy')));
+  assert(!isQuotaRefusal(new ApiError(422, { reason: "Invalid", code: 422, message: "quota" })));
+});
+
+Deno.test("rejections: a quota change while the refused attempt was in flight releases it (S24)", () => {
+  let t = 0;
+  const r = new RejectedWrites(() => t);
+  // Attempt 1 starts at 0; the quota changes at 50 (nothing recorded yet); refused at 100.
+  t = 50;
+  assertEquals(r.releaseQuota("ns"), []);
+  t = 100;
+  r.refused("ns/a", 1, "pod-create", "exceeded quota", true, 0);
+  assertEquals(r.held("ns/a", 1, "pod-create"), undefined, "released by the change in flight");
+  assertEquals(r.nextDelayMs("ns/a"), 1);
+  // Refused again by an attempt that started after the change: held for the slow retry.
+  r.refused("ns/a", 1, "pod-create", "exceeded quota", true, 100);
+  assert(r.held("ns/a", 1, "pod-create"));
+  assertEquals(r.nextDelayMs("ns/a"), 2 * REJECTED_WRITE_FIRST_RETRY_MS);
+  // A policy's refusal is not released by a quota change.
+  r.refused("ns/b", 1, "pod-create", "denied", false, 0);
+  assert(r.held("ns/b", 1, "pod-create"));
 });

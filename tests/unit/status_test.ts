@@ -8,15 +8,22 @@ import type { ContainerStatus, Pod, PodCondition } from "kubernetes-types/core/v
 import { assert, assertEquals } from "../assert.ts";
 import { ApiError, isNamespaceClosed, isNamespaceTerminating } from "../../lib/kube/errors.ts";
 import { TerminatingNamespaces } from "../../lib/runtime/namespaces.ts";
+import { type RolloutCounts, rolloutParams } from "../../lib/appservice/rollout.ts";
+import type { AppServiceStatusT } from "../../lib/appservice/schema.ts";
 import {
   causeSignature,
   conditionReason,
   containerEntries,
+  COSMETIC_STATUS_INTERVAL_MS,
   newCauses,
   podCause,
   podStatuses,
+  progressingCondition,
   readyCondition,
   statusChanged,
+  statusState,
+  statusWriteAtMs,
+  stuckDegradedCondition,
   stuckTerminating,
   TERMINATING_STUCK_AFTER_MS,
 } from "../../lib/appservice/status.ts";
@@ -387,4 +394,106 @@ Deno.test("namespace refusals: the apiserver's 403 NamespaceTerminating and 404 
   gate.forget("ns", "a");
   gate.forget("ns", "b");
   assertEquals(gate.size, 0, "the entry goes with its last object");
+});
+
+Deno.test("stuckDegradedCondition: Degraded names the stuck Pods, not a healthy start (S24)", () => {
+  const crash = (n: number, restarts: number, backOff: string) =>
+    pod(
+      `web-${n}`,
+      withContainer({
+        restartCount: restarts,
+        state: waiting("CrashLoopBackOff", `back-off ${backOff} restarting failed container=app`),
+        lastState: terminated("Error", 1),
+      }, "Running"),
+    );
+  const unschedulable = pod("web-2", {
+    phase: "Pending",
+    conditions: [{
+      type: "PodScheduled",
+      status: "False",
+      reason: "Unschedulable",
+      message: "0/4 nodes are available: 4 Insufficient cpu.",
+    }],
+  });
+  const d = stuckDegradedCondition([crash(1, 3, "40s"), unschedulable, crash(0, 3, "40s")])!;
+  assertEquals(d.status, "True");
+  assertEquals(d.reason, "CrashLoopBackOff");
+  assertEquals(
+    d.message,
+    "3 Pod(s) cannot become Ready: CrashLoopBackOff web-0, web-1; Unschedulable web-2",
+  );
+  // Another crash (restart count, back-off text) does not change it.
+  assertEquals(
+    stuckDegradedCondition([crash(1, 4, "1m20s"), unschedulable, crash(0, 5, "2m40s")]),
+    d,
+  );
+  // A config error names itself.
+  const config = pod("web-0", withContainer({ state: waiting("CreateContainerConfigError", "x") }));
+  assertEquals(stuckDegradedCondition([config])?.reason, "CreateContainerConfigError");
+  // Starting normally, Ready, or completed: no failure.
+  const starting = pod("web-0", withContainer({ state: waiting("ContainerCreating") }));
+  const done = pod("web-0", { phase: "Succeeded" });
+  done.spec!.restartPolicy = "Never";
+  assertEquals(stuckDegradedCondition([starting, done]), undefined);
+});
+
+Deno.test("progressingCondition: stuck Pods are named with the deadline, then ProgressDeadlineExceeded (S24)", () => {
+  const params = rolloutParams({ image: "x", replicas: 2 } as never);
+  const counts = {
+    total: 2,
+    updated: 2,
+    updatedAvailable: 0,
+    outdated: 0,
+    terminating: 0,
+    ready: 0,
+    available: 0,
+  } as RolloutCounts;
+  const stuck = [{
+    name: "web-0",
+    cause: { reason: "CrashLoopBackOff", message: "", stuck: true },
+  }];
+  const progress = { lastProgressMs: 0, deadlineAtMs: 600_000 };
+  const plan = { create: [], delete: [] };
+  const p = progressingCondition(counts, plan, params, "h", true, progress, 1_000, stuck);
+  assertEquals([p.status, p.reason], ["True", "PodsStuck"]);
+  assert(p.message.includes("CrashLoopBackOff web-0"), p.message);
+  assert(p.message.includes("ProgressDeadlineExceeded at 1970-01-01T00:10:00.000Z"), p.message);
+  const healthy = progressingCondition(counts, plan, params, "h", true, progress, 1_000);
+  assertEquals(healthy.reason, "WaitingForReady");
+  const late = progressingCondition(counts, plan, params, "h", true, progress, 600_000, stuck);
+  assertEquals([late.status, late.reason], ["False", "ProgressDeadlineExceeded"]);
+  assert(late.message.includes("stuck: CrashLoopBackOff web-0"), late.message);
+});
+
+Deno.test("statusWriteAtMs: state at once; counters and messages at most once per interval (S24)", () => {
+  const cond = (type: string, status: "True" | "False", reason: string, message: string) => ({
+    type,
+    status,
+    reason,
+    message,
+    lastTransitionTime: "2026-01-01T00:00:00Z",
+    observedGeneration: 1,
+  });
+  const base = (restarts: number, message: string, readyReplicas = 0): AppServiceStatusT => ({
+    ready: false,
+    replicas: 2,
+    readyReplicas,
+    observedGeneration: 1,
+    lastReconciliation: new Date(100_000).toISOString(),
+    conditions: [cond("Ready", "False", "CrashLoopBackOff", message)],
+    podStatuses: [{ name: "web-0", phase: "Running", ready: false, restartCount: restarts }],
+  });
+  const stored = base(3, "back-off 40s");
+  // Only the restart count and the message: not before 30 s after the last write.
+  const cosmetic = base(4, "back-off 1m20s");
+  assertEquals(statusState(stored), statusState(cosmetic));
+  assertEquals(statusWriteAtMs(stored, cosmetic, 110_000), 100_000 + COSMETIC_STATUS_INTERVAL_MS);
+  assertEquals(statusWriteAtMs(stored, cosmetic, 140_000), 140_000);
+  // A state change (a Pod Ready, a reason, a condition's status): at once.
+  assertEquals(statusWriteAtMs(stored, base(4, "x", 1), 101_000), 101_000);
+  const reason = { ...cosmetic, conditions: [cond("Ready", "False", "Error", "x")] };
+  assertEquals(statusWriteAtMs(stored, reason, 101_000), 101_000);
+  // No stored write time: at once; a clock behind the last write waits at most the interval.
+  assertEquals(statusWriteAtMs({ ...stored, lastReconciliation: undefined }, cosmetic, 5), 5);
+  assertEquals(statusWriteAtMs(stored, cosmetic, 0), COSMETIC_STATUS_INTERVAL_MS);
 });
