@@ -124,8 +124,17 @@ export type ReflectorEvent =
   }
   | { type: "watchStarted"; resourceVersion: string }
   | { type: "watchEnded"; resourceVersion: string; events: number }
-  | { type: "relist"; reason: "gone"; resourceVersion: string }
-  | { type: "idle"; resourceVersion: string; idleMs: number }
+  | { type: "relist"; reason: "gone"; phase: "list" | "watch"; resourceVersion: string }
+  /** A continue token expired mid-list (410): the list is read again in one piece. */
+  | { type: "listExpired"; detail: string }
+  /**
+   * A watch delivered no byte for the idle bound and is reopened from the last resourceVersion.
+   * `bookmarks`: this reflector's watches have received bookmarks before, so the silence missed
+   * one (a dead connection; the informer was deaf meanwhile). Without them (an apiserver
+   * without a watch cache sends none) a quiet stream is normal and the reopening is the
+   * liveness check: not a failure.
+   */
+  | { type: "idle"; resourceVersion: string; idleMs: number; bookmarks: boolean }
   | {
     type: "restart";
     why: WatchRestartError["why"];
@@ -199,6 +208,12 @@ export class Reflector<T extends KubeObject> {
    * 410 and relist for nothing.
    */
   #watchRv = "";
+  /**
+   * Whether a watch of this reflector ever received a BOOKMARK: the apiserver sends them (about
+   * every minute), so a stream silent past the idle bound missed one and sat on a dead
+   * connection. Without bookmarks (no watch cache) silence is normal (see the `idle` event).
+   */
+  #bookmarksSeen = false;
 
   /**
    * A reflector for one resource; it lists and watches once {@link Reflector.run} is called.
@@ -300,15 +315,25 @@ export class Reflector<T extends KubeObject> {
     // Page by page into the store: each page is cached (managedFields dropped, transformed) and
     // released before the next is fetched, so the decoded list never exists whole next to the
     // cache (measured in BENCHMARKS.md, memory section).
-    const replacement = o.store.beginReplace();
-    const res = await o.client.listPages<T>(o.resource, {
-      namespace: o.namespace,
-      labelSelector: o.labelSelector,
-      fieldSelector: o.fieldSelector,
-      limit: o.pageSize ?? DEFAULT_LIST_PAGE_SIZE,
-      resourceVersion: consistent ? undefined : "0",
-      signal,
-    }, (page) => replacement.add(page.items ?? []));
+    let replacement = o.store.beginReplace();
+    const res = await o.client.listPages<T>(
+      o.resource,
+      {
+        namespace: o.namespace,
+        labelSelector: o.labelSelector,
+        fieldSelector: o.fieldSelector,
+        limit: o.pageSize ?? DEFAULT_LIST_PAGE_SIZE,
+        resourceVersion: consistent ? undefined : "0",
+        signal,
+      },
+      (page) => replacement.add(page.items ?? []),
+      (err) => {
+        // The pages so far belong to an older snapshot than the full list that follows: start the
+        // replace over, so that the deletes at its end are those of the full list.
+        replacement = o.store.beginReplace();
+        this.#emit({ type: "listExpired", detail: err.message });
+      },
+    );
     const diff = replacement.finish();
     this.#succeeded();
     this.#deaf = undefined;
@@ -375,6 +400,7 @@ export class Reflector<T extends KubeObject> {
           allowWatchBookmarks: true,
           timeoutSeconds: this.#watchTimeoutSeconds(),
           idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
+          idleIsFailure: this.#bookmarksSeen,
           sendInitialEvents: initial || undefined,
           resourceVersionMatch: initial ? "NotOlderThan" : undefined,
           onOpen,
@@ -397,6 +423,7 @@ export class Reflector<T extends KubeObject> {
               o.store.remove(obj);
               break;
             case "BOOKMARK":
+              this.#bookmarksSeen = true;
               if (
                 replacement &&
                 obj.metadata?.annotations?.["k8s.io/initial-events-end"] === "true"
@@ -511,14 +538,21 @@ export class Reflector<T extends KubeObject> {
         if (isGone(err)) {
           goneInARow++;
           needList = true;
-          this.#emit({ type: "relist", reason: "gone", resourceVersion: rv });
+          this.#emit({ type: "relist", reason: "gone", phase, resourceVersion: rv });
           if (goneInARow === 1) continue;
         } else if (err instanceof WatchIdleError) {
-          this.#markDeaf(
-            `no byte for ${Math.round(err.idleMs / 1000)} s: missed the apiserver's bookmarks ` +
-              `(sent about every ${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`,
-          );
-          this.#emit({ type: "idle", resourceVersion: rv, idleMs: err.idleMs });
+          if (this.#bookmarksSeen) {
+            this.#markDeaf(
+              `no byte for ${Math.round(err.idleMs / 1000)} s: missed the apiserver's bookmarks ` +
+                `(sent about every ${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`,
+            );
+          }
+          this.#emit({
+            type: "idle",
+            resourceVersion: rv,
+            idleMs: err.idleMs,
+            bookmarks: this.#bookmarksSeen,
+          });
           continue;
         } else if (err instanceof WatchRestartError) {
           if (err.why === "stalled") this.#markDeaf(err.message);
