@@ -337,7 +337,10 @@ export class Manager {
         isFenced(err) || isThrottled(err) ||
           (unreachable(err, this.#o.client.health) && !this.#o.client.health.claimReport())
           ? this.#log.debug("Event not recorded", { error: errorText(err) })
-          : this.#log.warn("Event not recorded", { error: errorText(err) }),
+          : this.#log.warn("Event not recorded", {
+            error: errorText(err),
+            ...(unreachable(err, this.#o.client.health) ? { outage: OUTAGE_NOTE } : {}),
+          }),
     });
     this.#recorders.push(r);
     return r;
@@ -492,13 +495,19 @@ export class Manager {
             o.metrics.reflectorWatchErrors.inc({ resource: resource.plural });
             // While the apiserver is unreachable one line tells the outage (claimReport); every
             // other list or watch failing with it goes to debug.
-            (unreachable(ev.error, o.client.health) && !o.client.health.claimReport()
-              ? logger.debug
-              : logger.warn)(ev.phase === "list" ? "List failed" : "Watch failed", {
-                error: errorText(ev.error),
-                retryInMs: Math.round(ev.retryInMs),
-                ...listWatchHint(ev.error, resource),
-              });
+            {
+              const down = unreachable(ev.error, o.client.health);
+              const claimed = down && o.client.health.claimReport();
+              (down && !claimed ? logger.debug : logger.warn)(
+                ev.phase === "list" ? "List failed" : "Watch failed",
+                {
+                  error: errorText(ev.error),
+                  retryInMs: Math.round(ev.retryInMs),
+                  ...(claimed ? { outage: OUTAGE_NOTE } : {}),
+                  ...listWatchHint(ev.error, resource),
+                },
+              );
+            }
             break;
           default: {
             const never: never = ev;
@@ -861,6 +870,13 @@ export class Manager {
 }
 
 /** A listen call's error as a {@link ListenError} naming the server; other errors unchanged. */
+/**
+ * Said on the one warning of an apiserver outage (the first list, watch or Event that failed for
+ * want of an answer; ConnectionHealth.claimReport): the rest of the outage's failures go to debug.
+ */
+const OUTAGE_NOTE =
+  "the apiserver is unreachable; further failures at debug level until it answers again";
+
 function listenFailure(server: ServerName, address: string, err: unknown): unknown {
   return err instanceof Deno.errors.AddrInUse || err instanceof Deno.errors.PermissionDenied
     ? new ListenError(server, address, err)

@@ -96,7 +96,7 @@ Deno.test("outage: a 3 s apiserver outage with 8 busy workers is one log line", 
       `outage: reconcile errors ${errorsBefore} -> ${errorsAfter}; WARN/ERROR lines ${loud.length} ` +
         `(about the connection ${aboutConnection.length}); recovered lines ${recovered.length}`,
     );
-    for (const l of loud) console.log(`  ${JSON.stringify(l).slice(0, 300)}`);
+    for (const l of loud.slice(0, 10)) console.log(`  ${JSON.stringify(l).slice(0, 300)}`);
     // Positive control: the outage failed reconciles.
     assert(
       errorsAfter - errorsBefore >= 8,
