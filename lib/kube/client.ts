@@ -237,6 +237,13 @@ export interface WatchOptions extends CallOptions {
    * and reopening it is the liveness check.
    */
   idleIsFailure?: boolean;
+  /**
+   * Bound on the response headers (ms); default `idleTimeoutMs`. Past it the watch ends with
+   * WatchIdleError, a failure of the path. kube-apiserver answers a watch's headers at once (up
+   * to ~3 s for a resourceVersion its watch cache has not reached yet), so a short bound makes the
+   * reopening of a quiet stream a quick liveness check.
+   */
+  headersTimeoutMs?: number;
   /** Called when the response headers arrive (the apiserver accepted the watch). Must not throw. */
   onOpen?: () => void;
 }
@@ -985,9 +992,9 @@ export class KubeClient {
         `GET ${resourcePath(rt, o.namespace)} (watch list): no answer within ${listMs / 1000} s`,
       )
       : undefined;
-    const headersMs = noInitialEvents ? listMs : idleMs;
+    const headersMs = noInitialEvents ? listMs : (o.headersTimeoutMs ?? idleMs);
     const headersTimer = headersMs > 0
-      ? setTimeout(() => ctl.abort(noInitialEvents ?? new WatchIdleError(idleMs)), headersMs)
+      ? setTimeout(() => ctl.abort(noInitialEvents ?? new WatchIdleError(headersMs)), headersMs)
       : undefined;
     let stream: InFlight | undefined;
     try {
@@ -1032,8 +1039,9 @@ export class KubeClient {
       }
       if (err instanceof WatchIdleError) {
         // Silent past its bound (see the reflector: the apiserver's bookmark cadence).
-        // No headers within the bound is a failure whatever the stream would carry.
-        if (o.idleIsFailure !== false || !stream) {
+        // No headers within the bound is a failure whatever the stream would carry; so is
+        // silence while other requests get no answer either.
+        if (o.idleIsFailure !== false || !stream || !this.health.healthy) {
           this.#failed(err);
           this.#creds.resetConnections();
         }

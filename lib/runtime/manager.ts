@@ -478,10 +478,10 @@ export class Manager {
             // With bookmarks, the silence missed one: the informer was deaf for the bound. Without
             // (no watch cache), a quiet stream is normal and its reopening is the liveness check;
             // a reopening that fails is logged as a failed watch.
-            (ev.bookmarks ? logger.info : logger.debug)(MESSAGES.watchIdle, {
+            (ev.quiet ? logger.debug : logger.info)(MESSAGES.watchIdle, {
               resourceVersion: ev.resourceVersion,
               idleMs: ev.idleMs,
-              bookmarks: ev.bookmarks,
+              quiet: ev.quiet,
             });
             break;
           case "restart":

@@ -100,6 +100,15 @@ export const APISERVER_BOOKMARK_INTERVAL_MS = 60_000;
 export const DEFAULT_WATCH_IDLE_TIMEOUT_MS = APISERVER_BOOKMARK_INTERVAL_MS + 15_000;
 /** Default page size of the initial list; client-go pager default 500. */
 export const DEFAULT_LIST_PAGE_SIZE = 500;
+/**
+ * Bound on the response headers of a watch that reopens a quiet stream (ms): 10 s. Without
+ * bookmarks the reopening is what tells a quiet stream from a dead path; kube-apiserver answers a
+ * watch's headers at once (up to ~3 s while its watch cache catches up with the resourceVersion),
+ * so a path that gives no headers in 10 s is dead: the informer is deaf and the path is failing
+ * (its probe then notices the recovery). Without this bound a stalled path would stay unnoticed
+ * for two idle bounds.
+ */
+export const QUIET_RECONNECT_HEADERS_MS = 10_000;
 /** A watch ending sooner than this (ms) without any event backs off; client-go reflector, 1 s. */
 export const VERY_SHORT_WATCH_MS = 1_000;
 
@@ -129,12 +138,13 @@ export type ReflectorEvent =
   | { type: "listExpired"; detail: string }
   /**
    * A watch delivered no byte for the idle bound and is reopened from the last resourceVersion.
-   * `bookmarks`: this reflector's watches have received bookmarks before, so the silence missed
-   * one (a dead connection; the informer was deaf meanwhile). Without them (an apiserver
-   * without a watch cache sends none) a quiet stream is normal and the reopening is the
-   * liveness check: not a failure.
+   * `quiet`: nothing says its connection died — this reflector's watches never received a
+   * bookmark (an apiserver without a watch cache sends none), the watch had been accepted and
+   * the path to the apiserver is healthy — so the silence is normal and the reopening is the
+   * liveness check, not a failure. Otherwise (a bookmark missed, no headers, other requests
+   * failing too) the informer was deaf and is marked so.
    */
-  | { type: "idle"; resourceVersion: string; idleMs: number; bookmarks: boolean }
+  | { type: "idle"; resourceVersion: string; idleMs: number; quiet: boolean }
   | {
     type: "restart";
     why: WatchRestartError["why"];
@@ -214,6 +224,10 @@ export class Reflector<T extends KubeObject> {
    * connection. Without bookmarks (no watch cache) silence is normal (see the `idle` event).
    */
   #bookmarksSeen = false;
+  /** The next watch reopens a quiet stream: its headers are bounded by {@link QUIET_RECONNECT_HEADERS_MS}. */
+  #checkLiveness = false;
+  /** Whether the last watch opened got its response headers (the apiserver accepted it). */
+  #lastWatchAccepted = false;
 
   /**
    * A reflector for one resource; it lists and watches once {@link Reflector.run} is called.
@@ -386,6 +400,7 @@ export class Reflector<T extends KubeObject> {
     let accepted = false;
     const onOpen = () => {
       accepted = true;
+      this.#checkLiveness = false;
       o.onWatchOpen?.(true);
       this.#deaf = undefined;
       openTimer = this.#clock.setTimer(() => this.#succeeded(), VERY_SHORT_WATCH_MS);
@@ -401,6 +416,10 @@ export class Reflector<T extends KubeObject> {
           timeoutSeconds: this.#watchTimeoutSeconds(),
           idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
           idleIsFailure: this.#bookmarksSeen,
+          // After a quiet idle the reopening is the liveness check: it must be answered soon.
+          headersTimeoutMs: this.#checkLiveness
+            ? Math.min(QUIET_RECONNECT_HEADERS_MS, o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS)
+            : undefined,
           sendInitialEvents: initial || undefined,
           resourceVersionMatch: initial ? "NotOlderThan" : undefined,
           onOpen,
@@ -462,6 +481,7 @@ export class Reflector<T extends KubeObject> {
     } finally {
       if (openTimer !== undefined) this.#clock.clearTimer(openTimer);
       if (accepted) o.onWatchOpen?.(false);
+      this.#lastWatchAccepted = accepted;
       this.#openWatches--;
     }
     return { rv, events, synced: !replacement };
@@ -541,17 +561,29 @@ export class Reflector<T extends KubeObject> {
           this.#emit({ type: "relist", reason: "gone", phase, resourceVersion: rv });
           if (goneInARow === 1) continue;
         } else if (err instanceof WatchIdleError) {
-          if (this.#bookmarksSeen) {
+          // Silence is evidence of a dead connection when bookmarks were due, when the watch was
+          // never accepted (no headers within the bound), or while other requests get no answer
+          // either; otherwise (no bookmarks from this apiserver, a healthy path) it is a quiet
+          // stream, and reopening it is the liveness check.
+          const quiet = !this.#bookmarksSeen && this.#lastWatchAccepted &&
+            (this.#o.client.health?.healthy ?? true);
+          this.#checkLiveness = quiet;
+          if (!quiet) {
             this.#markDeaf(
-              `no byte for ${Math.round(err.idleMs / 1000)} s: missed the apiserver's bookmarks ` +
-                `(sent about every ${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`,
+              !this.#lastWatchAccepted
+                ? `no answer to the watch for ${Math.round(err.idleMs / 1000)} s`
+                : this.#bookmarksSeen
+                ? `no byte for ${Math.round(err.idleMs / 1000)} s: missed the apiserver's ` +
+                  `bookmarks (sent about every ${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`
+                : `no byte for ${Math.round(err.idleMs / 1000)} s while the apiserver is ` +
+                  `not answering`,
             );
           }
           this.#emit({
             type: "idle",
             resourceVersion: rv,
             idleMs: err.idleMs,
-            bookmarks: this.#bookmarksSeen,
+            quiet,
           });
           continue;
         } else if (err instanceof WatchRestartError) {

@@ -573,7 +573,7 @@ Deno.test("reflector: without bookmarks (no watch cache) an idle watch is reopen
     await r.settle();
     const idle = r.events.filter((e) => e.type === "idle");
     assertEquals(idle.length, 1);
-    assertEquals((idle[0] as { bookmarks: boolean }).bookmarks, false);
+    assertEquals((idle[0] as { quiet: boolean }).quiet, true);
     assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "11"]);
     assertEquals(client.idleIsFailure, [false, false]);
     assertEquals(r.reflector.deaf, undefined, "a quiet stream is not deafness");
