@@ -30,6 +30,14 @@
  *   apiserver's own margin; response headers included) is on a dead connection: it is closed
  *   and resumed from the last resourceVersion on a new connection, and the informer is deaf
  *   ({@link Reflector.deaf}, which /readyz reports) until a watch is accepted again.
+ *   That holds with evidence of a dead connection: a bookmark was due (this reflector's watches
+ *   have carried them), the watch was never accepted, or other requests get no answer either.
+ *   Without (an apiserver without a watch cache sends no bookmarks; a healthy path) the stream is
+ *   quiet: it is reopened from the last resourceVersion without being a failure or deaf, and the
+ *   reopening is the liveness check, its headers bounded by {@link QUIET_RECONNECT_HEADERS_MS}.
+ * - A paged list whose continue token expired (410 on a later page: etcd compacted) is read
+ *   again in one piece (the client's `listPages`, client-go's pager), the store's replace started
+ *   over for it.
  * - The watch's health is tied to the connection's (see the client's ConnectionHealth): when the
  *   path to the apiserver recovers after failures, a watch that has received nothing since the
  *   failures began is ended by the client ({@link WatchRestartError} `stalled`) and resumed at
