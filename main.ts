@@ -11,6 +11,7 @@ import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client
 import { type ClusterConfig, loadClusterConfig } from "./lib/kube/config.ts";
 import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
+import { describeProxy } from "./lib/kube/proxy.ts";
 import { Manager } from "./lib/runtime/manager.ts";
 import { ListenError } from "./lib/runtime/health.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
@@ -63,8 +64,10 @@ async function whoAmI(client: KubeClient): Promise<string> {
           .trim(),
       );
     }
+    // A dead proxy is named, not blamed on the apiserver.
+    const via = client.proxy.url ? ` through proxy ${describeProxy(client.proxy)}` : "";
     throw new ConfigError(
-      `cannot reach the apiserver ${server} (${source}): ${networkErrorReason(err)}`,
+      `cannot reach the apiserver ${server}${via} (${source}): ${networkErrorReason(err)}`,
     );
   }
 }
@@ -170,6 +173,12 @@ async function main(): Promise<number> {
     logger.info("Connected", {
       version: VERSION,
       server: config.server,
+      // Which proxy carries the requests to the apiserver (client-go's rules: proxy.ts).
+      proxy: describeProxy(client.proxy),
+      // Unreadable proxy variables are applied by Deno's fetch by its own rules.
+      ...(client.proxyEnvironment.unreadable
+        ? { proxyEnvironment: `not read: ${client.proxyEnvironment.unreadable}` }
+        : {}),
       source: config.source,
       user,
     })
@@ -215,6 +224,7 @@ async function main(): Promise<number> {
     gracefulShutdownTimeoutMs: v["graceful-shutdown-timeout"],
     watchNamespace: v["watch-namespace"],
     watchIdleTimeoutMs: v["watch-idle-timeout"],
+    listPageSize: v["list-page-size"],
     useWatchList: v["watch-list"],
     startGate: connected,
   });

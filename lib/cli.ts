@@ -177,6 +177,14 @@ export const FLAG_TABLE = [
       "A watch that delivers no byte for this long is reconnected (the apiserver sends a bookmark about every 60s).",
   },
   {
+    name: "list-page-size",
+    env: "APPSERVICE_LIST_PAGE_SIZE",
+    kind: "number",
+    default: "500",
+    help:
+      "Objects per page of the informers' lists (client-go's pager default 500); a list whose continue token expires is read again in one piece.",
+  },
+  {
     name: "watch-list",
     env: "APPSERVICE_WATCH_LIST",
     kind: "boolean",

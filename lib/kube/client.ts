@@ -40,9 +40,24 @@
  */
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { ClusterConfig } from "./config.ts";
-import { ConnectionHealth, type Recovery } from "./connection.ts";
+import { ConnectionHealth, type Recovery, UnreachableError } from "./connection.ts";
 import { CREDENTIAL_FILE_CHECK_MS, CredentialProvider } from "./credentials.ts";
-import { ApiError, fencedByServer, networkErrorReason, type Status } from "./errors.ts";
+import {
+  ApiError,
+  ConfigError,
+  fencedByServer,
+  isGone,
+  networkErrorReason,
+  type Status,
+} from "./errors.ts";
+import {
+  chooseProxy,
+  denoProxy,
+  describeProxy,
+  type ProxyChoice,
+  type ProxyEnvironment,
+  takeProxyEnvironment,
+} from "./proxy.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
 import { RetryAfterGate, sleep, TokenBucket } from "./throttle.ts";
 import {
@@ -156,6 +171,13 @@ export interface ClientOptions {
    * reconcilers' and the Lease's); default one of this client's own, closed with it.
    */
   health?: ConnectionHealth;
+  /**
+   * The environment's proxy variables; default {@link takeProxyEnvironment} (read once per
+   * process and removed from its environment, so that Deno applies no proxy implicitly). The
+   * proxy of the apiserver is chosen from these and the kubeconfig's `proxy-url` as client-go
+   * chooses it ({@link chooseProxy}).
+   */
+  proxyEnvironment?: ProxyEnvironment;
 }
 
 /**
@@ -214,6 +236,21 @@ export interface WatchOptions extends CallOptions {
   resourceVersionMatch?: "NotOlderThan";
   /** Client idle bound: no byte for this long (ms) ends the stream with WatchIdleError; 0: none. */
   idleTimeoutMs?: number;
+  /**
+   * Whether silence past `idleTimeoutMs` is a failure of the path (default true): the stream
+   * should have carried bytes (the apiserver sends this watch bookmarks), so its connection is
+   * presumed dead, the connection health is told and pooled connections are dropped. False for a
+   * stream that may rightly be quiet (an apiserver that sends no bookmarks): it is only ended,
+   * and reopening it is the liveness check.
+   */
+  idleIsFailure?: boolean;
+  /**
+   * Bound on the response headers (ms); default `idleTimeoutMs`. Past it the watch ends with
+   * WatchIdleError, a failure of the path. kube-apiserver answers a watch's headers at once (up
+   * to ~3 s for a resourceVersion its watch cache has not reached yet), so a short bound makes the
+   * reopening of a quiet stream a quick liveness check.
+   */
+  headersTimeoutMs?: number;
   /** Called when the response headers arrive (the apiserver accepted the watch). Must not throw. */
   onOpen?: () => void;
 }
@@ -324,12 +361,21 @@ function parseRetryAfter(h: string | null): number | undefined {
 export class KubeClient {
   /** The resolved connection. */
   readonly config: ClusterConfig;
+  /** The proxy requests to the apiserver go through, or direct (see proxy.ts). */
+  readonly proxy: ProxyChoice;
+  /** The environment's proxy variables this client was given (or took). */
+  readonly proxyEnvironment: ProxyEnvironment;
   #creds: CredentialProvider;
   #opts:
     & Required<
       Omit<
         ClientOptions,
-        "onRequest" | "writeFence" | "onSendWrite" | "retryAfterGate" | "health"
+        | "onRequest"
+        | "writeFence"
+        | "onSendWrite"
+        | "retryAfterGate"
+        | "health"
+        | "proxyEnvironment"
       >
     >
     & Pick<ClientOptions, "onRequest" | "onSendWrite">;
@@ -354,7 +400,16 @@ export class KubeClient {
    */
   constructor(config: ClusterConfig, opts: ClientOptions = {}) {
     this.config = config;
-    this.#creds = new CredentialProvider(config);
+    this.proxyEnvironment = opts.proxyEnvironment ?? takeProxyEnvironment();
+    try {
+      this.proxy = chooseProxy(config.server, config.proxyUrl, this.proxyEnvironment);
+    } catch (err) {
+      throw new ConfigError(`${config.source}: ${(err as Error).message}`);
+    }
+    this.#creds = new CredentialProvider(config, Date.now, {
+      proxy: denoProxy(this.proxy),
+      execEnv: this.proxyEnvironment.raw,
+    });
     this.health = opts.health ?? new ConnectionHealth();
     this.#ownsHealth = !opts.health;
     this.health.setProbe((signal) => this.#probe(signal));
@@ -640,9 +695,13 @@ export class KubeClient {
           await sleep(Math.min(200 * 2 ** attempt, 5_000), req.signal);
           continue;
         }
-        throw new Error(`${label}: cannot reach ${this.#host}: ${networkErrorReason(err)}`, {
-          cause: err,
-        });
+        throw new UnreachableError(
+          label,
+          this.#host,
+          this.proxy.url ? describeProxy(this.proxy) : undefined,
+          networkErrorReason(err),
+          { cause: err },
+        );
       }
       this.#requests.delete(entry);
       cred.release();
@@ -754,26 +813,53 @@ export class KubeClient {
    * rest holds one page's decoded answer at a time, never the whole list. Every page belongs to
    * the snapshot of the first (its `metadata.resourceVersion`; later pages are read with
    * `continue` only). At most 100,000 pages. Resolves that resourceVersion and the counts.
-   * @throws ApiError 410 when a continue token expired mid-way (the caller lists again); what
-   *   `onPage` throws.
+   *
+   * A continue token expires when etcd compacts past the snapshot of the first page (every 5 min
+   * by default; more often under load): a later page is answered 410 Gone. Starting again from
+   * the first page could fail the same way for ever while compaction goes on, so, as client-go's
+   * pager does (`FullListIfExpired`), the list is then read once more in one piece (no `limit`,
+   * the caller's `resourceVersion`): `onExpired` is called first (the pages already handed over
+   * belong to an older snapshot than what follows: a store replacing its contents starts over),
+   * then `onPage` once with the whole list. The counts and the resourceVersion are then those of
+   * the full list; `expired` says it happened.
+   * @param onExpired told (with the 410) when a continue token expired, before the full list
+   * @throws ApiError 410 when the first page, or the full list, is itself answered 410 (the
+   *   caller's resourceVersion is gone); what `onPage` throws.
    */
   async listPages<T extends KubeObject>(
     rt: ResourceType,
     o: ListOptions,
     onPage: (page: ObjectList<T>) => void | Promise<void>,
-  ): Promise<{ resourceVersion: string; pages: number; items: number }> {
+    onExpired?: (err: ApiError) => void,
+  ): Promise<{ resourceVersion: string; pages: number; items: number; expired: boolean }> {
     let cont: string | undefined;
     let rv: string | undefined;
     let pages = 0;
     let items = 0;
     do {
-      let page: ObjectList<T> | undefined = await this.list<T>(rt, {
-        ...o,
-        limit: o.limit ?? 500,
-        continue: cont,
-        resourceVersion: cont ? undefined : o.resourceVersion,
-        resourceVersionMatch: cont ? undefined : o.resourceVersionMatch,
-      });
+      let page: ObjectList<T> | undefined;
+      try {
+        page = await this.list<T>(rt, {
+          ...o,
+          limit: o.limit ?? 500,
+          continue: cont,
+          resourceVersion: cont ? undefined : o.resourceVersion,
+          resourceVersionMatch: cont ? undefined : o.resourceVersionMatch,
+        });
+      } catch (err) {
+        if (!cont || !(err instanceof ApiError) || !isGone(err)) throw err;
+        onExpired?.(err);
+        let full: ObjectList<T> | undefined = await this.list<T>(rt, {
+          ...o,
+          limit: undefined,
+          continue: undefined,
+        });
+        const n = full.items?.length ?? 0;
+        const fullRv = full.metadata?.resourceVersion ?? "";
+        await onPage(full);
+        full = undefined;
+        return { resourceVersion: fullRv, pages: pages + 1, items: n, expired: true };
+      }
       pages++;
       rv ??= page.metadata?.resourceVersion ?? "";
       items += page.items?.length ?? 0;
@@ -783,21 +869,24 @@ export class KubeClient {
       // what its variables still point at).
       page = undefined;
     } while (cont && pages < 100_000);
-    return { resourceVersion: rv ?? "", pages, items };
+    return { resourceVersion: rv ?? "", pages, items, expired: false };
   }
 
   /**
    * Lists every page ({@link listPages}) and returns all items with the resourceVersion of the
-   * first page (the snapshot the pages belong to).
-   * @throws ApiError 410 when a continue token expired mid-way (the caller relists).
+   * snapshot they belong to (the first page's, or the full list's after an expired continue
+   * token).
+   * @throws ApiError 410 when the caller's resourceVersion is gone.
    */
   async listAll<T extends KubeObject>(
     rt: ResourceType,
     o: ListOptions = {},
   ): Promise<{ items: T[]; resourceVersion: string; pages: number }> {
-    const items: T[] = [];
+    let items: T[] = [];
     const r = await this.listPages<T>(rt, o, (page) => {
       for (const it of page.items ?? []) items.push(it);
+    }, () => {
+      items = [];
     });
     return { items, resourceVersion: r.resourceVersion, pages: r.pages };
   }
@@ -913,9 +1002,9 @@ export class KubeClient {
         `GET ${resourcePath(rt, o.namespace)} (watch list): no answer within ${listMs / 1000} s`,
       )
       : undefined;
-    const headersMs = noInitialEvents ? listMs : idleMs;
+    const headersMs = noInitialEvents ? listMs : (o.headersTimeoutMs ?? idleMs);
     const headersTimer = headersMs > 0
-      ? setTimeout(() => ctl.abort(noInitialEvents ?? new WatchIdleError(idleMs)), headersMs)
+      ? setTimeout(() => ctl.abort(noInitialEvents ?? new WatchIdleError(headersMs)), headersMs)
       : undefined;
     let stream: InFlight | undefined;
     try {
@@ -960,8 +1049,12 @@ export class KubeClient {
       }
       if (err instanceof WatchIdleError) {
         // Silent past its bound (see the reflector: the apiserver's bookmark cadence).
-        this.#failed(err);
-        this.#creds.resetConnections();
+        // No headers within the bound is a failure whatever the stream would carry; so is
+        // silence while other requests get no answer either.
+        if (o.idleIsFailure !== false || !stream || !this.health.healthy) {
+          this.#failed(err);
+          this.#creds.resetConnections();
+        }
       } else if (stream && !(err instanceof ApiError)) {
         // The stream broke mid-way (a connection reset, a cut link).
         this.#failed(err);

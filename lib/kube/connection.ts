@@ -79,6 +79,56 @@ export type HealthEvent =
   | { type: "stillFailing"; sinceMs: number; failures: number; error: string }
   | { type: "recovered"; recovery: Recovery; reported: boolean };
 
+/**
+ * A request that got no answer from the apiserver (a refused or reset connection, a TLS failure,
+ * a timeout): the path failed, the apiserver said nothing. The message names the host and, when
+ * the request went through a proxy, that proxy (`cannot reach 10.0.0.1:6443 through proxy
+ * http://proxy:3128 (HTTPS_PROXY): tcp connect error`), so a dead proxy is not blamed on the
+ * apiserver. {@link isUnreachable} finds one in a cause chain.
+ */
+export class UnreachableError extends Error {
+  /** The apiserver's `host:port`. */
+  readonly host: string;
+  /** The proxy the request went through (`url (source)`), if any. */
+  readonly proxy?: string;
+  /** One line: why no answer came. */
+  readonly reason: string;
+  /**
+   * The error of one request that got no answer.
+   * @param label the request, e.g. `GET /api/v1/pods`
+   * @param host the apiserver's `host:port`
+   * @param proxy the proxy used, if any (a description for the message)
+   * @param reason why no answer came, one line
+   * @param options the underlying error as `cause`
+   */
+  constructor(
+    label: string,
+    host: string,
+    proxy: string | undefined,
+    reason: string,
+    options?: ErrorOptions,
+  ) {
+    super(
+      `${label}: cannot reach ${host}${proxy ? ` through proxy ${proxy}` : ""}: ${reason}`,
+      options,
+    );
+    this.name = "UnreachableError";
+    this.host = host;
+    this.proxy = proxy;
+    this.reason = reason;
+  }
+}
+
+/** Whether `err`, or an error in its `cause` chain (5 deep), is an {@link UnreachableError}. */
+export function isUnreachable(err: unknown): boolean {
+  let e: unknown = err;
+  for (let depth = 0; depth < 5 && e; depth++) {
+    if (e instanceof UnreachableError) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** Options of {@link ConnectionHealth}. */
 export interface ConnectionHealthOptions {
   /** Timer source; default {@link realTimers} (injected for tests). */
@@ -100,7 +150,15 @@ export class ConnectionHealth {
   #probeIntervalMs: number;
   #probeTimeoutMs: number;
   #failingReportMs: number;
-  #failing?: { sinceMs: number; failures: number; lastError: string; reported: boolean };
+  #failing?: {
+    sinceMs: number;
+    failures: number;
+    lastError: string;
+    /** Someone logged the episode (a claim or the `stillFailing` line): log its recovery. */
+    reported: boolean;
+    /** {@link ConnectionHealth.claimReport} answered true already. */
+    claimed: boolean;
+  };
   #probe?: (signal: AbortSignal) => Promise<void>;
   #probeTimer?: unknown;
   #reportTimer?: unknown;
@@ -133,6 +191,21 @@ export class ConnectionHealth {
   /** Requests without an answer in the current episode (0 while healthy). */
   get failures(): number {
     return this.#failing?.failures ?? 0;
+  }
+
+  /**
+   * Claims the one report of the current failing episode: true for the first caller while
+   * failing (it logs one line for the outage; the episode's recovery is then reported too, see
+   * `recovered`'s `reported`), false otherwise (another caller reported it — log at debug — or
+   * the path is healthy). So an outage costs one warning however many requests, reconciles and
+   * watches fail in it (issue 25: 144 `Reconciler error` lines for a 2.6 s apiserver restart).
+   */
+  claimReport(): boolean {
+    const f = this.#failing;
+    if (!f || f.claimed) return false;
+    f.claimed = true;
+    f.reported = true;
+    return true;
   }
 
   /** The last failure's reason while failing. */
@@ -203,7 +276,13 @@ export class ConnectionHealth {
       return;
     }
     const now = this.#t.now();
-    this.#failing = { sinceMs: now, failures: 1, lastError: why, reported: false };
+    this.#failing = {
+      sinceMs: now,
+      failures: 1,
+      lastError: why,
+      reported: false,
+      claimed: false,
+    };
     this.#emit({ type: "failing", sinceMs: now, error: why });
     this.#scheduleProbe();
     this.#reportTimer = this.#t.setTimer(() => {

@@ -91,6 +91,8 @@ interface Transport {
 /** Produces the current credential, re-reads credential files, and drops it on a 401. */
 export class CredentialProvider {
   #config: ClusterConfig;
+  #proxy?: Deno.Proxy;
+  #execEnv: Record<string, string>;
   #now: () => number;
   /** Trusted CAs now (from the config, then from re-reads of `caFile`). */
   #caPem?: string;
@@ -115,9 +117,17 @@ export class CredentialProvider {
    * A provider of `config`'s credential; nothing is read or run until it is first asked for.
    * @param config the resolved connection
    * @param now clock in ms (injected for tests)
+   * @param transport the proxy of every HTTP client built (proxy.ts; none: direct) and the
+   *   environment variables exec plugins get on top of the inherited environment
    */
-  constructor(config: ClusterConfig, now: () => number = Date.now) {
+  constructor(
+    config: ClusterConfig,
+    now: () => number = Date.now,
+    transport: { proxy?: Deno.Proxy; execEnv?: Record<string, string> } = {},
+  ) {
     this.#config = config;
+    this.#proxy = transport.proxy;
+    this.#execEnv = transport.execEnv ?? {};
     this.#now = now;
     this.#caPem = config.caPem;
     if (config.auth.kind === "clientCertificate") {
@@ -166,7 +176,8 @@ export class CredentialProvider {
     // HTTP/1.1 only: see the module doc.
     const opts: Deno.CreateHttpClientOptions = { http1: true, http2: false };
     if (caPem) opts.caCerts = [caPem];
-    if (this.#config.proxyUrl) opts.proxy = { url: this.#config.proxyUrl };
+    // The proxy chosen for this apiserver (proxy.ts), or none: a direct connection.
+    if (this.#proxy) opts.proxy = this.#proxy;
     if (pair) {
       (opts as Record<string, unknown>).cert = pair.certPem;
       (opts as Record<string, unknown>).key = pair.keyPem;
@@ -442,7 +453,9 @@ export class CredentialProvider {
     const command = exec.command.includes("/") && !exec.command.startsWith("/")
       ? `${exec.baseDir}/${exec.command}`
       : exec.command;
-    const env: Record<string, string> = {};
+    // The proxy variables the client took from this process's environment (proxy.ts) go back
+    // to the plugin, which inherits the rest of the environment.
+    const env: Record<string, string> = { ...this.#execEnv };
     for (const e of exec.env ?? []) env[e.name] = e.value;
     env.KUBERNETES_EXEC_INFO = JSON.stringify({
       apiVersion: exec.apiVersion,

@@ -88,9 +88,20 @@ export {
   ConnectionHealth,
   type ConnectionHealthOptions,
   type HealthEvent,
+  isUnreachable,
   type Recovery,
   type Timers,
+  UnreachableError,
 } from "./connection.ts";
+export {
+  chooseProxy,
+  describeProxy,
+  noProxyMatches,
+  type ProxyChoice,
+  type ProxyEnvironment,
+  readProxyEnvironment,
+  takeProxyEnvironment,
+} from "./proxy.ts";
 export type {
   FieldsV1,
   ManagedFieldsEntry,

@@ -30,10 +30,12 @@
  * @module
  */
 import type { KubeObject } from "../kube/client.ts";
-import { isConflict, isFenced, isThrottled } from "../kube/errors.ts";
+import { type ConnectionHealth, isUnreachable } from "../kube/connection.ts";
+import { ApiError, isConflict, isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { errorText, log, type Logger } from "./log.ts";
+import { MESSAGES } from "./messages.ts";
 import type { Metrics } from "./metrics.ts";
 import type { Predicate } from "./predicates.ts";
 import { WorkQueue } from "./queue.ts";
@@ -213,6 +215,22 @@ export interface ControllerOptions {
   clock?: Clock;
   /** The work queue; default a new one with client-go's rate limits and the metric hooks. */
   queue?: WorkQueue;
+  /**
+   * Health of the path to the apiserver (the client's): while it is known down, a reconcile that
+   * failed for want of an answer is logged once per outage (the first claims the report) and at
+   * debug level after that; default none (every error logged).
+   */
+  health?: ConnectionHealth;
+}
+
+/**
+ * Whether `err` is a failure to reach the apiserver rather than an answer from it: an
+ * {@link UnreachableError} in its cause chain, or any failure while `health` says the path is
+ * failing (a watch stream broken mid-way by the outage).
+ */
+export function unreachable(err: unknown, health?: ConnectionHealth): boolean {
+  return isUnreachable(err) ||
+    (health !== undefined && !health.healthy && !(err instanceof ApiError));
 }
 
 /** Runs reconcile workers over a work queue. */
@@ -373,11 +391,19 @@ export class Controller {
       } else {
         result = "error";
         o.metrics?.reconcileErrors.inc({ controller: this.name });
-        logger.error("Reconciler error", {
+        // While the apiserver is known unreachable, the outage is told once (by whoever fails
+        // first: this reconcile, a watch, or the connection's own report); each key's failure
+        // then goes to debug, and the connection logs its recovery.
+        const down = !timedOut && unreachable(err, o.health);
+        const claimed = down && o.health ? o.health.claimReport() : false;
+        const fields = {
           error: timedOut ? `reconcile timed out after ${o.reconcileTimeoutMs} ms` : errorText(err),
           retryInMs: delayMs === undefined ? undefined : Math.round(delayMs),
           retries: this.queue.numRequeues(key),
-        });
+        };
+        if (!down || !o.health) logger.error("Reconciler error", fields);
+        else if (claimed) logger.warn(MESSAGES.reconcileUnreachable, fields);
+        else logger.debug("Reconciler error", fields);
       }
     } finally {
       this.#active--;

@@ -42,6 +42,7 @@ import {
   type ControllerDefinition,
   controllerOwnerKeys,
   type Informer,
+  unreachable,
 } from "./controller.ts";
 import { DelegatedAuth, kubeReviewer, REVIEW_TIMEOUT_MS } from "./delegated_auth.ts";
 import { EventRecorder, type EventRecorderOptions } from "./events.ts";
@@ -136,6 +137,8 @@ export interface ManagerOptions {
   watchNamespace?: string;
   /** A watch silent (no byte, bookmarks included) this long is reconnected; default 3 min. */
   watchIdleTimeoutMs?: number;
+  /** Page size of the informers' lists; default the reflector's (500, client-go's pager). */
+  listPageSize?: number;
   /**
    * Informers start with WatchList (KEP-3157: a watch with `sendInitialEvents=true`,
    * `resourceVersionMatch=NotOlderThan` and no resourceVersion, so the initial state is at least as
@@ -173,6 +176,7 @@ type StillOptional =
   | "maxConcurrentReconciles"
   | "reconcileTimeoutMs"
   | "syncPeriodMs"
+  | "listPageSize"
   | "startGate";
 
 /** {@link ManagerOptions} with every default filled in. */
@@ -330,10 +334,16 @@ export class Manager {
       onError: (err) => {
         // The recorder's EventWriteError says whether it was sent; its cause is the client's.
         const cause = err instanceof Error && err.cause !== undefined ? err.cause : err;
-        // Fenced (not the leader now) or throttled: expected, and said elsewhere.
-        return isFenced(cause) || isThrottled(cause)
+        // Fenced (not the leader now) or throttled: expected, and said elsewhere; the apiserver
+        // unreachable: said once per outage (ConnectionHealth.claimReport).
+        const down = unreachable(cause, this.#o.client.health);
+        return isFenced(cause) || isThrottled(cause) ||
+            (down && !this.#o.client.health.claimReport())
           ? this.#log.debug("Event not recorded", { error: errorText(err) })
-          : this.#log.warn("Event not recorded", { error: errorText(err) });
+          : this.#log.warn("Event not recorded", {
+            error: errorText(err),
+            ...(down ? { outage: OUTAGE_NOTE } : {}),
+          });
       },
     });
     this.#recorders.push(r);
@@ -362,6 +372,7 @@ export class Manager {
       syncPeriodMs: def.syncPeriodMs ?? o.syncPeriodMs,
       allKeys: () => primary.store.keys(),
       metrics: o.metrics,
+      health: o.client.health,
     });
     const enqueue = (keys: string[]) => {
       for (const k of keys) controller.enqueue(k);
@@ -436,6 +447,7 @@ export class Manager {
       labelSelector: opts.labelSelector,
       fieldSelector: opts.fieldSelector,
       idleTimeoutMs: o.watchIdleTimeoutMs,
+      pageSize: o.listPageSize,
       useWatchList: o.useWatchList,
       onWatchOpen: (open) => o.metrics.reflectorWatchesOpen.inc(watchLabels, open ? 1 : -1),
       onEvent: (ev: ReflectorEvent) => {
@@ -459,14 +471,21 @@ export class Manager {
             break;
           case "relist":
             o.metrics.reflectorRelists.inc(watchLabels);
-            logger.warn(MESSAGES.relisting, {
+            logger.warn(ev.phase === "list" ? MESSAGES.listGone : MESSAGES.relisting, {
               resourceVersion: ev.resourceVersion,
             });
             break;
+          case "listExpired":
+            logger.info(MESSAGES.listContinueExpired, { detail: ev.detail });
+            break;
           case "idle":
-            logger.warn("Watch stream idle; reconnecting", {
+            // With bookmarks, the silence missed one: the informer was deaf for the bound. Without
+            // (no watch cache), a quiet stream is normal and its reopening is the liveness check;
+            // a reopening that fails is logged as a failed watch.
+            (ev.quiet ? logger.debug : logger.info)(MESSAGES.watchIdle, {
               resourceVersion: ev.resourceVersion,
               idleMs: ev.idleMs,
+              quiet: ev.quiet,
             });
             break;
           case "restart":
@@ -478,11 +497,21 @@ export class Manager {
             break;
           case "error":
             o.metrics.reflectorWatchErrors.inc({ resource: resource.plural });
-            logger.warn(ev.phase === "list" ? "List failed" : "Watch failed", {
-              error: errorText(ev.error),
-              retryInMs: Math.round(ev.retryInMs),
-              ...listWatchHint(ev.error, resource),
-            });
+            // While the apiserver is unreachable one line tells the outage (claimReport); every
+            // other list or watch failing with it goes to debug.
+            {
+              const down = unreachable(ev.error, o.client.health);
+              const claimed = down && o.client.health.claimReport();
+              (down && !claimed ? logger.debug : logger.warn)(
+                ev.phase === "list" ? "List failed" : "Watch failed",
+                {
+                  error: errorText(ev.error),
+                  retryInMs: Math.round(ev.retryInMs),
+                  ...(claimed ? { outage: OUTAGE_NOTE } : {}),
+                  ...listWatchHint(ev.error, resource),
+                },
+              );
+            }
             break;
           default: {
             const never: never = ev;
@@ -845,6 +874,13 @@ export class Manager {
 }
 
 /** A listen call's error as a {@link ListenError} naming the server; other errors unchanged. */
+/**
+ * Said on the one warning of an apiserver outage (the first list, watch or Event that failed for
+ * want of an answer; ConnectionHealth.claimReport): the rest of the outage's failures go to debug.
+ */
+const OUTAGE_NOTE =
+  "the apiserver is unreachable; further failures at debug level until it answers again";
+
 function listenFailure(server: ServerName, address: string, err: unknown): unknown {
   return err instanceof Deno.errors.AddrInUse || err instanceof Deno.errors.PermissionDenied
     ? new ListenError(server, address, err)

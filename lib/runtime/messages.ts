@@ -12,6 +12,15 @@ export const MESSAGES = {
   listed: "Listed",
   /** A watch's resourceVersion was gone (410); the reflector lists again. */
   relisting: "Watch resourceVersion expired (410 Gone); relisting",
+  /** A list's resourceVersion was gone (410); the reflector lists again from the newest state. */
+  listGone: "List resourceVersion expired (410 Gone); listing again",
+  /** A paged list's continue token expired (410, etcd compacted); the list is read in one piece. */
+  listContinueExpired: "List continue token expired (410 Gone); falling back to a full list",
+  /** A watch was silent past the idle bound and is reopened from its last resourceVersion. */
+  watchIdle: "Watch stream idle; reconnecting",
+  /** The first reconcile of an outage that failed for want of an answer from the apiserver. */
+  reconcileUnreachable: "Reconciler error: the apiserver is unreachable; " +
+    "further reconcile errors at debug level until it answers",
   /** A controller's workers start (with leader election: once this process leads). */
   startingWorkers: "Starting workers",
   /** This process acquired the Lease. */

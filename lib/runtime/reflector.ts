@@ -30,6 +30,14 @@
  *   apiserver's own margin; response headers included) is on a dead connection: it is closed
  *   and resumed from the last resourceVersion on a new connection, and the informer is deaf
  *   ({@link Reflector.deaf}, which /readyz reports) until a watch is accepted again.
+ *   That holds with evidence of a dead connection: a bookmark was due (this reflector's watches
+ *   have carried them), the watch was never accepted, or other requests get no answer either.
+ *   Without (an apiserver without a watch cache sends no bookmarks; a healthy path) the stream is
+ *   quiet: it is reopened from the last resourceVersion without being a failure or deaf, and the
+ *   reopening is the liveness check, its headers bounded by {@link QUIET_RECONNECT_HEADERS_MS}.
+ * - A paged list whose continue token expired (410 on a later page: etcd compacted) is read
+ *   again in one piece (the client's `listPages`, client-go's pager), the store's replace started
+ *   over for it.
  * - The watch's health is tied to the connection's (see the client's ConnectionHealth): when the
  *   path to the apiserver recovers after failures, a watch that has received nothing since the
  *   failures began is ended by the client ({@link WatchRestartError} `stalled`) and resumed at
@@ -100,6 +108,15 @@ export const APISERVER_BOOKMARK_INTERVAL_MS = 60_000;
 export const DEFAULT_WATCH_IDLE_TIMEOUT_MS = APISERVER_BOOKMARK_INTERVAL_MS + 15_000;
 /** Default page size of the initial list; client-go pager default 500. */
 export const DEFAULT_LIST_PAGE_SIZE = 500;
+/**
+ * Bound on the response headers of a watch that reopens a quiet stream (ms): 10 s. Without
+ * bookmarks the reopening is what tells a quiet stream from a dead path; kube-apiserver answers a
+ * watch's headers at once (up to ~3 s while its watch cache catches up with the resourceVersion),
+ * so a path that gives no headers in 10 s is dead: the informer is deaf and the path is failing
+ * (its probe then notices the recovery). Without this bound a stalled path would stay unnoticed
+ * for two idle bounds.
+ */
+export const QUIET_RECONNECT_HEADERS_MS = 10_000;
 /** A watch ending sooner than this (ms) without any event backs off; client-go reflector, 1 s. */
 export const VERY_SHORT_WATCH_MS = 1_000;
 
@@ -124,8 +141,18 @@ export type ReflectorEvent =
   }
   | { type: "watchStarted"; resourceVersion: string }
   | { type: "watchEnded"; resourceVersion: string; events: number }
-  | { type: "relist"; reason: "gone"; resourceVersion: string }
-  | { type: "idle"; resourceVersion: string; idleMs: number }
+  | { type: "relist"; reason: "gone"; phase: "list" | "watch"; resourceVersion: string }
+  /** A continue token expired mid-list (410): the list is read again in one piece. */
+  | { type: "listExpired"; detail: string }
+  /**
+   * A watch delivered no byte for the idle bound and is reopened from the last resourceVersion.
+   * `quiet`: nothing says its connection died — this reflector's watches never received a
+   * bookmark (an apiserver without a watch cache sends none), the watch had been accepted and
+   * the path to the apiserver is healthy — so the silence is normal and the reopening is the
+   * liveness check, not a failure. Otherwise (a bookmark missed, no headers, other requests
+   * failing too) the informer was deaf and is marked so.
+   */
+  | { type: "idle"; resourceVersion: string; idleMs: number; quiet: boolean }
   | {
     type: "restart";
     why: WatchRestartError["why"];
@@ -199,6 +226,16 @@ export class Reflector<T extends KubeObject> {
    * 410 and relist for nothing.
    */
   #watchRv = "";
+  /**
+   * Whether a watch of this reflector ever received a BOOKMARK: the apiserver sends them (about
+   * every minute), so a stream silent past the idle bound missed one and sat on a dead
+   * connection. Without bookmarks (no watch cache) silence is normal (see the `idle` event).
+   */
+  #bookmarksSeen = false;
+  /** The next watch reopens a quiet stream: its headers are bounded by {@link QUIET_RECONNECT_HEADERS_MS}. */
+  #checkLiveness = false;
+  /** Whether the last watch opened got its response headers (the apiserver accepted it). */
+  #lastWatchAccepted = false;
 
   /**
    * A reflector for one resource; it lists and watches once {@link Reflector.run} is called.
@@ -300,15 +337,25 @@ export class Reflector<T extends KubeObject> {
     // Page by page into the store: each page is cached (managedFields dropped, transformed) and
     // released before the next is fetched, so the decoded list never exists whole next to the
     // cache (measured in BENCHMARKS.md, memory section).
-    const replacement = o.store.beginReplace();
-    const res = await o.client.listPages<T>(o.resource, {
-      namespace: o.namespace,
-      labelSelector: o.labelSelector,
-      fieldSelector: o.fieldSelector,
-      limit: o.pageSize ?? DEFAULT_LIST_PAGE_SIZE,
-      resourceVersion: consistent ? undefined : "0",
-      signal,
-    }, (page) => replacement.add(page.items ?? []));
+    let replacement = o.store.beginReplace();
+    const res = await o.client.listPages<T>(
+      o.resource,
+      {
+        namespace: o.namespace,
+        labelSelector: o.labelSelector,
+        fieldSelector: o.fieldSelector,
+        limit: o.pageSize ?? DEFAULT_LIST_PAGE_SIZE,
+        resourceVersion: consistent ? undefined : "0",
+        signal,
+      },
+      (page) => replacement.add(page.items ?? []),
+      (err) => {
+        // The pages so far belong to an older snapshot than the full list that follows: start the
+        // replace over, so that the deletes at its end are those of the full list.
+        replacement = o.store.beginReplace();
+        this.#emit({ type: "listExpired", detail: err.message });
+      },
+    );
     const diff = replacement.finish();
     this.#succeeded();
     this.#deaf = undefined;
@@ -361,6 +408,7 @@ export class Reflector<T extends KubeObject> {
     let accepted = false;
     const onOpen = () => {
       accepted = true;
+      this.#checkLiveness = false;
       o.onWatchOpen?.(true);
       this.#deaf = undefined;
       openTimer = this.#clock.setTimer(() => this.#succeeded(), VERY_SHORT_WATCH_MS);
@@ -375,6 +423,11 @@ export class Reflector<T extends KubeObject> {
           allowWatchBookmarks: true,
           timeoutSeconds: this.#watchTimeoutSeconds(),
           idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
+          idleIsFailure: this.#bookmarksSeen,
+          // After a quiet idle the reopening is the liveness check: it must be answered soon.
+          headersTimeoutMs: this.#checkLiveness
+            ? Math.min(QUIET_RECONNECT_HEADERS_MS, o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS)
+            : undefined,
           sendInitialEvents: initial || undefined,
           resourceVersionMatch: initial ? "NotOlderThan" : undefined,
           onOpen,
@@ -397,6 +450,7 @@ export class Reflector<T extends KubeObject> {
               o.store.remove(obj);
               break;
             case "BOOKMARK":
+              this.#bookmarksSeen = true;
               if (
                 replacement &&
                 obj.metadata?.annotations?.["k8s.io/initial-events-end"] === "true"
@@ -435,6 +489,7 @@ export class Reflector<T extends KubeObject> {
     } finally {
       if (openTimer !== undefined) this.#clock.clearTimer(openTimer);
       if (accepted) o.onWatchOpen?.(false);
+      this.#lastWatchAccepted = accepted;
       this.#openWatches--;
     }
     return { rv, events, synced: !replacement };
@@ -511,14 +566,33 @@ export class Reflector<T extends KubeObject> {
         if (isGone(err)) {
           goneInARow++;
           needList = true;
-          this.#emit({ type: "relist", reason: "gone", resourceVersion: rv });
+          this.#emit({ type: "relist", reason: "gone", phase, resourceVersion: rv });
           if (goneInARow === 1) continue;
         } else if (err instanceof WatchIdleError) {
-          this.#markDeaf(
-            `no byte for ${Math.round(err.idleMs / 1000)} s: missed the apiserver's bookmarks ` +
-              `(sent about every ${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`,
-          );
-          this.#emit({ type: "idle", resourceVersion: rv, idleMs: err.idleMs });
+          // Silence is evidence of a dead connection when bookmarks were due, when the watch was
+          // never accepted (no headers within the bound), or while other requests get no answer
+          // either; otherwise (no bookmarks from this apiserver, a healthy path) it is a quiet
+          // stream, and reopening it is the liveness check.
+          const quiet = !this.#bookmarksSeen && this.#lastWatchAccepted &&
+            (this.#o.client.health?.healthy ?? true);
+          this.#checkLiveness = quiet;
+          if (!quiet) {
+            this.#markDeaf(
+              !this.#lastWatchAccepted
+                ? `no answer to the watch for ${Math.round(err.idleMs / 1000)} s`
+                : this.#bookmarksSeen
+                ? `no byte for ${Math.round(err.idleMs / 1000)} s: missed the apiserver's ` +
+                  `bookmarks (sent about every ${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`
+                : `no byte for ${Math.round(err.idleMs / 1000)} s while the apiserver is ` +
+                  `not answering`,
+            );
+          }
+          this.#emit({
+            type: "idle",
+            resourceVersion: rv,
+            idleMs: err.idleMs,
+            quiet,
+          });
           continue;
         } else if (err instanceof WatchRestartError) {
           if (err.why === "stalled") this.#markDeaf(err.message);

@@ -290,6 +290,8 @@ interface ScriptedWatch {
  */
 class ScriptedClient {
   watchCalls: { resourceVersion?: string; sendInitialEvents?: boolean }[] = [];
+  /** `idleIsFailure` of each watch call. */
+  idleIsFailure: (boolean | undefined)[] = [];
   lists = 0;
   /** The client's connection health, when a test wants one. */
   health?: ConnectionHealth;
@@ -321,10 +323,12 @@ class ScriptedClient {
     o: {
       resourceVersion?: string;
       sendInitialEvents?: boolean;
+      idleIsFailure?: boolean;
       signal?: AbortSignal;
       onOpen?: () => void;
     },
   ): AsyncGenerator<ObjectWatchEvent<Obj>[]> {
+    this.idleIsFailure.push(o.idleIsFailure);
     this.watchCalls.push({
       resourceVersion: o.resourceVersion,
       sendInitialEvents: o.sendInitialEvents,
@@ -531,7 +535,8 @@ Deno.test("reflector: a watch that delivered data and then broke resets the back
 
 Deno.test("reflector: a watch that missed the bookmark cadence is deaf until a watch is accepted again; no backoff for the idle, no relist (S14)", async () => {
   const client = new ScriptedClient([], "10", [
-    { frames: frame("ADDED", "a", "11"), end: "idle" },
+    // A bookmark first: this apiserver sends them, so the silence after it missed one.
+    { frames: frame("BOOKMARK", "", "10") + frame("ADDED", "a", "11"), end: "idle" },
     { frames: "", end: "refused" },
     { frames: "", end: "hang" },
   ]);
@@ -553,6 +558,27 @@ Deno.test("reflector: a watch that missed the bookmark cadence is deaf until a w
     assertEquals(r.reflector.deaf, undefined, "still deaf once a watch was accepted");
     assertEquals(client.lists, 1);
     assertEquals(r.calls, ["add a@11"]);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("reflector: without bookmarks (no watch cache) an idle watch is reopened quietly: not deaf, not a failure of the path, no relist", async () => {
+  const client = new ScriptedClient([], "10", [
+    { frames: frame("ADDED", "a", "11"), end: "idle" },
+    { frames: "", end: "hang" },
+  ]);
+  const r = runReflector(client);
+  try {
+    await r.settle();
+    const idle = r.events.filter((e) => e.type === "idle");
+    assertEquals(idle.length, 1);
+    assertEquals((idle[0] as { quiet: boolean }).quiet, true);
+    assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "11"]);
+    assertEquals(client.idleIsFailure, [false, false]);
+    assertEquals(r.reflector.deaf, undefined, "a quiet stream is not deafness");
+    assertEquals(errorsOf(r.events).length, 0);
+    assertEquals(client.lists, 1);
   } finally {
     await r.stop();
   }
