@@ -110,12 +110,33 @@ export class FencedError extends Error {
   readonly apiError?: ApiError;
 
   /**
-   * Builds a FencedError for `request` (verb and path); `apiError` is the apiserver's refusal
-   * when `reason` is `NotLeaseHolder`.
+   * True when the write had already been handed to fetch and was aborted in flight (the term of
+   * writes ended under it): it may have reached the apiserver. False when nothing left this
+   * process, or (reason `NotLeaseHolder`) when the apiserver answered with its refusal.
    */
-  constructor(reason: FenceReason, request: string, renewalAgeMs?: number, apiError?: ApiError) {
+  readonly inFlight: boolean;
+
+  /**
+   * Builds a FencedError for `request` (verb and path); `apiError` is the apiserver's refusal
+   * when `reason` is `NotLeaseHolder`; `inFlight` marks a write aborted after it was handed to
+   * fetch ({@link FencedError.inFlight}).
+   */
+  constructor(
+    reason: FenceReason,
+    request: string,
+    renewalAgeMs?: number,
+    apiError?: ApiError,
+    inFlight = false,
+  ) {
     super(
-      reason === "NotLeaseHolder"
+      inFlight
+        ? `${request}: aborted; may have reached the apiserver: ${
+          reason === "NotLeader"
+            ? "leadership ended"
+            : `the last Lease renewal started ${Math.round(renewalAgeMs ?? 0)} ms ago, ` +
+              "past the renew deadline"
+        }`
+        : reason === "NotLeaseHolder"
         ? `${request}: refused by the apiserver: not the Lease holder (${
           apiError?.status?.message ?? "no message"
         })`
@@ -131,6 +152,7 @@ export class FencedError extends Error {
     this.request = request;
     this.renewalAgeMs = renewalAgeMs;
     this.apiError = apiError;
+    this.inFlight = inFlight;
   }
 }
 

@@ -92,13 +92,12 @@ export interface EventRecorderOptions {
 }
 
 /**
- * Whether a fenced write was refused before it was sent: the client's write fence names the
- * request it refused (`POST /apis/...`), while the fence's abort of writes already handed to
- * `fetch` carries the one reason of the term that ended (e.g. "write in flight when leadership
- * ended"), which names no request.
+ * Whether a fenced write was refused before it was sent: neither aborted in flight (the fence's
+ * abort of writes already handed to `fetch`, {@link FencedError.inFlight}) nor refused by the
+ * apiserver (reason `NotLeaseHolder`: it was sent and answered).
  */
 export function fencedBeforeSending(err: FencedError): boolean {
-  return /^(POST|PUT|PATCH|DELETE) \//.test(err.request);
+  return !err.inFlight && err.reason !== "NotLeaseHolder";
 }
 
 /**
@@ -116,7 +115,10 @@ export class EventWriteError extends Error {
     let sent: "no" | "maybe" | "yes";
     let why: string;
     if (isFenced(cause)) {
-      if (fencedBeforeSending(cause)) {
+      if (cause.reason === "NotLeaseHolder") {
+        sent = "yes";
+        why = `refused by the apiserver: not the Lease holder (${cause.request})`;
+      } else if (fencedBeforeSending(cause)) {
         sent = "no";
         why = `not sent (${
           cause.reason === "NotLeader"

@@ -137,6 +137,8 @@ export class LeaseFence implements WriteFence {
             "RenewalStale",
             "write in flight at the renew deadline",
             this.renewalAgeMs(),
+            undefined,
+            true,
           ),
         );
       } else if (this.#leading) {
@@ -153,7 +155,15 @@ export class LeaseFence implements WriteFence {
     this.#leading = false;
     this.#timers.clearTimer(this.#deadlineTimer);
     this.#deadlineTimer = undefined;
-    this.#term.abort(new FencedError("NotLeader", "write in flight when leadership ended"));
+    this.#term.abort(
+      new FencedError(
+        "NotLeader",
+        "write in flight when leadership ended",
+        undefined,
+        undefined,
+        true,
+      ),
+    );
   }
 
   /**

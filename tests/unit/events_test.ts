@@ -246,12 +246,26 @@ Deno.test("events: a repeat with another note finishes the series and starts a n
 });
 
 Deno.test("events: a failed write says whether it may have reached the apiserver", async () => {
-  const inFlight = new FencedError("NotLeader", "write in flight when leadership ended");
-  const refused = new FencedError("NotLeader", "POST /apis/events.k8s.io/v1/namespaces/ns/events");
+  const path = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
+  const inFlight = new FencedError(
+    "NotLeader",
+    "write in flight when leadership ended",
+    undefined,
+    undefined,
+    true,
+  );
+  const refused = new FencedError("NotLeader", path);
+  const byServer = new FencedError(
+    "NotLeaseHolder",
+    path,
+    undefined,
+    new ApiError(403, { reason: "Forbidden", code: 403, message: "not the Lease holder" }),
+  );
   for (
     const [err, sent, says] of [
       [inFlight, "maybe", "aborted; may have reached the apiserver"],
       [refused, "no", "not sent"],
+      [byServer, "yes", "refused by the apiserver: not the Lease holder"],
       [new ApiError(422, { reason: "Invalid", code: 422, message: "bad" }), "yes", "bad"],
     ] as const
   ) {
@@ -271,6 +285,6 @@ Deno.test("events: a failed write says whether it may have reached the apiserver
     assertEquals(e.cause, err);
     assert(e.message.includes(says), e.message);
     assert(e.message.startsWith("Event ImagePullBackOff about AppService/web: "), e.message);
-    if (sent === "maybe") assert(!e.message.includes("not sent"), e.message);
+    if (sent !== "no") assert(!e.message.includes("not sent"), e.message);
   }
 });

@@ -209,3 +209,19 @@ Deno.test("fence S13: a leader's fence on the main client; the Lease client keep
     await server.close();
   }
 });
+
+Deno.test("fence: a write aborted in flight says it may have reached the apiserver", () => {
+  const inFlight = new FencedError(
+    "NotLeader",
+    "write in flight when leadership ended",
+    undefined,
+    undefined,
+    true,
+  );
+  assert(inFlight.inFlight);
+  assert(inFlight.message.includes("aborted; may have reached the apiserver"), inFlight.message);
+  assert(!inFlight.message.includes("not sent"), inFlight.message);
+  const before = new FencedError("NotLeader", "POST /api/v1/namespaces/ns/pods");
+  assert(!before.inFlight);
+  assert(before.message.includes("not sent"), before.message);
+});
