@@ -29,7 +29,7 @@ import {
   startCluster,
   stopCluster,
 } from "../tests/cluster/cluster.ts";
-import { REPO } from "../tests/e2e/harness.ts";
+import { REPO } from "../tests/cluster/host.ts";
 import { benchClient, createNamespace, pool } from "./lib/kube.ts";
 import {
   buildReplayServer,

@@ -13,7 +13,7 @@ import { CRDS, NAMESPACES, PODS } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { Reflector } from "../../lib/runtime/reflector.ts";
 import { Store } from "../../lib/runtime/store.ts";
-import { REPO } from "../../tests/e2e/harness.ts";
+import { REPO } from "../../tests/cluster/host.ts";
 
 /** AppServices as a ResourceType for the client. */
 export const AS_RESOURCE = APPSERVICES as unknown as Parameters<KubeClient["get"]>[0];

@@ -15,7 +15,7 @@
  * @module
  */
 import { join } from "node:path";
-import { REPO, startPermissionFlags } from "../../tests/e2e/harness.ts";
+import { REPO, startPermissionFlags } from "../../tests/cluster/host.ts";
 import type { MemoryReport } from "../../lib/runtime/memory_debug.ts";
 import { type ImportProbeResult, STORE_VARIANTS, type StoreProbeResult } from "../memory_probe.ts";
 

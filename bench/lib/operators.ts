@@ -7,7 +7,7 @@
  * @module
  */
 import { dirname, join } from "node:path";
-import { freePort, REPO, startPermissionFlags, stopChild } from "../../tests/e2e/harness.ts";
+import { freePort, REPO, startPermissionFlags, stopChild } from "../../tests/cluster/host.ts";
 import { type ProcSample, procSample } from "./proc.ts";
 
 /** Which implementation. */

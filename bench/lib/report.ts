@@ -5,7 +5,7 @@
  * @module
  */
 import { join } from "node:path";
-import { REPO } from "../../tests/e2e/harness.ts";
+import { REPO } from "../../tests/cluster/host.ts";
 
 /** Path of BENCHMARKS.md. */
 export const BENCHMARKS_MD: string = join(REPO, "BENCHMARKS.md");
@@ -83,4 +83,10 @@ export function loadAverage(): number[] {
   } catch {
     return [];
   }
+}
+
+/** The median of `xs` (the mean of the two middle values for an even count). */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }

@@ -21,11 +21,11 @@ import {
 } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { type ClusterInfo, readClusterInfo } from "../cluster/cluster.ts";
-import { startFlags } from "../../scripts/compile.ts";
+import { freePort, REPO, startPermissionFlags, stopChild } from "../cluster/host.ts";
 import { AssertionError, isAssertionError } from "../assert.ts";
 
-/** Repository root. */
-export const REPO = new URL("../../", import.meta.url).pathname.replace(/\/$/, "");
+// Shared with bench/ (which must not import this harness): see tests/cluster/host.ts.
+export { freePort, REPO, startPermissionFlags, stopChild };
 
 /** The running test cluster, or an Error telling how to start one. */
 export async function cluster(): Promise<ClusterInfo> {
@@ -152,9 +152,6 @@ export function appService(ns: string, name: string, spec: Record<string, unknow
   };
 }
 
-/** The flags of `deno task start`, permissions and V8 flags (the same list the binary is compiled with). */
-export const startPermissionFlags = startFlags;
-
 /**
  * Writes a copy of the admin kubeconfig to `${dir}/kubeconfig.yaml` with `server` as every
  * cluster's server (e.g. a proxy's or a second apiserver's URL) and `edit` applied to the parsed
@@ -174,14 +171,6 @@ export async function kubeconfigFor(
   const file = `${dir}/kubeconfig.yaml`;
   await Deno.writeTextFile(file, stringify(cfg));
   return file;
-}
-
-/** Picks a free loopback TCP port. */
-export function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
 }
 
 /** A running operator process. */
@@ -297,30 +286,6 @@ export async function startOperator(
       stopChild(child, status, sig, timeoutMs),
   };
   return op;
-}
-
-/**
- * Sends `signal` to a child (one that has exited is left alone), SIGKILL after `timeoutMs`, and resolves
- * with its exit code once `status` (the child's status, or a promise that follows it) settles.
- */
-export async function stopChild(
-  child: Deno.ChildProcess,
-  status: Promise<Deno.CommandStatus>,
-  signal: Deno.Signal,
-  timeoutMs: number,
-): Promise<number> {
-  const kill = (sig: Deno.Signal) => {
-    try {
-      child.kill(sig);
-    } catch { /* already gone */ }
-  };
-  kill(signal);
-  const timer = setTimeout(() => kill("SIGKILL"), timeoutMs);
-  try {
-    return (await status).code;
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** Reads one AppService. */

@@ -1,0 +1,479 @@
+/**
+ * Renderers of `deno task bench` results: the converge plots (PNG) and the BENCHMARKS.md tables.
+ * @module
+ */
+
+import { join } from "node:path";
+import { REPO } from "../../tests/cluster/host.ts";
+import type { OperatorKind } from "./operators.ts";
+import { renderChart, type Rgb } from "./plot.ts";
+import type { MemorySample } from "./memory.ts";
+import { fmt, median, ratio, table } from "./report.ts";
+import type { BenchResults, ConvergeResult } from "./results.ts";
+import { IMPORT_PROBE_RUNS, STARTUP_SAMPLES } from "./options.ts";
+
+/** The converge plot of the largest size, committed and shown in BENCHMARKS.md and README.md. */
+const DOCS_PLOT = "docs/converge.png";
+/** Colour of each operator's series in the converge plots. */
+const COLORS: Record<OperatorKind, Rgb> = { ours: [31, 119, 180], peer: [230, 110, 0] };
+/** Legend of each operator's series in the converge plots. */
+const LABEL: Record<OperatorKind, string> = {
+  ours: "ours (appservice-operator, Deno)",
+  peer: "peer (controller-runtime v0.24.1, Go)",
+};
+
+/** Writes the Ready-over-time PNG of size `n` (every operator and repeat) into `dir`; returns its path, or undefined when no run of that size has a timeline. */
+export function plotConverge(
+  results: ConvergeResult[],
+  n: number,
+  dir: string,
+): string | undefined {
+  const runs = results.filter((r) => r.n === n && r.timeline.length > 0)
+    .sort((x, y) => x.operator.localeCompare(y.operator) || x.repeat - y.repeat);
+  if (runs.length === 0) return undefined;
+  const png = renderChart({
+    title: `Ready AppServices over time, N = ${n}`,
+    xLabel: "seconds since the first create",
+    yLabel: "Ready AppServices",
+    series: runs.map((r) => ({
+      name: runs.some((x) => x.repeat > 0)
+        ? `${LABEL[r.operator]}, run ${r.repeat + 1}`
+        : LABEL[r.operator],
+      // Later repeats in lighter shades of the operator's colour.
+      color: COLORS[r.operator].map((v) =>
+        Math.round(v + (255 - v) * Math.min(0.6, 0.3 * r.repeat))
+      ) as Rgb,
+      points: r.timeline.map(([ms, c]) => [ms / 1000, c] as [number, number]),
+    })),
+  });
+  const file = join(dir, `converge-${n}.png`);
+  Deno.writeFileSync(file, png);
+  return file;
+}
+
+/** Renders the converge plot of the largest size into {@link DOCS_PLOT}. */
+export async function writeDocsPlot(r: BenchResults): Promise<void> {
+  const n = Math.max(...r.options.sizes);
+  const dir = await Deno.makeTempDir({ prefix: "bench-plot-" });
+  try {
+    const file = plotConverge(r.converge, n, dir);
+    if (!file) return;
+    await Deno.mkdir(join(REPO, "docs"), { recursive: true });
+    await Deno.copyFile(file, join(REPO, DOCS_PLOT));
+  } finally {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}
+
+function mib(b: number | undefined): number | undefined {
+  return b === undefined ? undefined : b / (1024 * 1024);
+}
+
+/** The memory tables of BENCHMARKS.md (see bench/lib/memory.ts for how each figure is taken). */
+export function memoryMarkdown(r: BenchResults): string {
+  const full = (kind: OperatorKind, n: number) =>
+    r.converge.find((c) => c.operator === kind && c.n === n && c.repeat === 0);
+  const cols: { label: string; ours?: MemorySample; peer?: MemorySample }[] = [];
+  for (const n of r.options.sizes) {
+    cols.push({
+      label: `N=${n} converged`,
+      ours: full("ours", n)?.memoryIdle,
+      peer: full("peer", n)?.memoryIdle,
+    });
+    cols.push({
+      label: `N=${n} restarted`,
+      ours: full("ours", n)?.restart?.memory,
+      peer: full("peer", n)?.restart?.memory,
+    });
+  }
+  const m = (b: number | undefined) => fmt(mib(b), 1);
+  const space = (s: MemorySample | undefined, name: string) => {
+    const sp = s?.report?.spaces.find((x) => x.name === name);
+    return sp ? `${m(sp.committedBytes)} / ${m(sp.usedBytes)}` : "–";
+  };
+  const heapPhysical = (s: MemorySample | undefined) => s?.report?.heap.total_physical_size;
+  const oursRows: (string | number)[][] = [
+    ["RSS", ...cols.map((c) => m(c.ours?.split?.rssBytes))],
+    [
+      "· file-backed (the deno executable's code paged in)",
+      ...cols.map((c) => m(c.ours?.split?.fileBytes)),
+    ],
+    ["· anonymous", ...cols.map((c) => m(c.ours?.split?.anonBytes))],
+    ["V8 heap committed, all spaces", ...cols.map((c) => m(c.ours?.report?.heap.total_heap_size))],
+    [
+      "· new space (young generation): committed / used",
+      ...cols.map((c) => space(c.ours, "new_space")),
+    ],
+    ["· old space: committed / used", ...cols.map((c) => space(c.ours, "old_space"))],
+    [
+      "· large object space: committed / used",
+      ...cols.map((c) => space(c.ours, "large_object_space")),
+    ],
+    ["· code space: committed / used", ...cols.map((c) => space(c.ours, "code_space"))],
+    [
+      "· trusted space (bytecode and metadata): committed / used",
+      ...cols.map((c) => space(c.ours, "trusted_space")),
+    ],
+    [
+      "V8 external memory (array buffers, external strings)",
+      ...cols.map((c) => m(c.ours?.report?.heap.external_memory)),
+    ],
+    [
+      "V8 malloced memory (outside the heap)",
+      ...cols.map((c) => m(c.ours?.report?.heap.malloced_memory)),
+    ],
+    [
+      "Anonymous RSS outside the V8 heap (Rust runtime, TLS, allocator, stacks)",
+      ...cols.map((c) => {
+        const anon = c.ours?.split?.anonBytes, heap = heapPhysical(c.ours);
+        return anon !== undefined && heap !== undefined ? m(anon - heap) : "–";
+      }),
+    ],
+    [
+      "Module code: machine code + metadata / bytecode + metadata / script source",
+      ...cols.map((c) => {
+        const code = c.ours?.report?.code;
+        return code
+          ? `${m(code.code_and_metadata_size)} / ${m(code.bytecode_and_metadata_size)} / ${
+            m(code.external_script_source_size)
+          }`
+          : "–";
+      }),
+    ],
+    [
+      "Heap used after a forced full GC (live objects)",
+      ...cols.map((c) => m(c.ours?.reportAfterGc?.heap.used_heap_size)),
+    ],
+    [
+      "Heap committed after the forced full GC",
+      ...cols.map((c) => m(c.ours?.reportAfterGc?.heap.total_heap_size)),
+    ],
+    ["RSS right after the forced full GC", ...cols.map((c) => m(c.ours?.rssAfterGcBytes))],
+  ];
+  const go = (s: MemorySample | undefined, k: string) => m(s?.go?.[k]);
+  const peerRows: (string | number)[][] = [
+    ["RSS", ...cols.map((c) => m(c.peer?.split?.rssBytes))],
+    [
+      "· file-backed (the executable's code paged in)",
+      ...cols.map((c) => m(c.peer?.split?.fileBytes)),
+    ],
+    ["· anonymous", ...cols.map((c) => m(c.peer?.split?.anonBytes))],
+    [
+      "Go heap in use (go_memstats_heap_inuse_bytes)",
+      ...cols.map((c) => go(c.peer, "go_memstats_heap_inuse_bytes")),
+    ],
+    [
+      "Go heap objects allocated (go_memstats_heap_alloc_bytes)",
+      ...cols.map((c) => go(c.peer, "go_memstats_heap_alloc_bytes")),
+    ],
+    [
+      "Go heap idle, not returned to the OS (idle − released)",
+      ...cols.map((c) => {
+        const idle = c.peer?.go?.go_memstats_heap_idle_bytes;
+        const rel = c.peer?.go?.go_memstats_heap_released_bytes;
+        return idle !== undefined && rel !== undefined ? m(idle - rel) : "–";
+      }),
+    ],
+    ["Go stacks in use", ...cols.map((c) => go(c.peer, "go_memstats_stack_inuse_bytes"))],
+    [
+      "Go runtime total obtained from the OS (go_memstats_sys_bytes)",
+      ...cols.map((c) => go(c.peer, "go_memstats_sys_bytes")),
+    ],
+  ];
+  const head = ["MiB", ...cols.map((c) => c.label)];
+  const parts: string[] = [
+    "### Where the memory goes",
+    "",
+    "Ours, from its debug memory report (lib/runtime/memory_debug.ts: `Deno.memoryUsage()`, " +
+    "`node:v8` heap, space and code statistics; served only because the benchmark sets " +
+    "`APPSERVICE_DEBUG_MEMORY_ADDRESS`, and read after the RSS of the table above) and " +
+    '`/proc/<pid>/status` (RssAnon; RssFile + RssShmem). "converged": at idle after the steady ' +
+    'window; "restarted": a fresh process with the N AppServices and their Pods existing, after ' +
+    "its first pass. The forced GC rows come last, after every other figure was read.",
+    "",
+    table(head, oursRows),
+    "",
+    "Peer, from `/proc/<pid>/status` and the Go runtime's own `/metrics`:",
+    "",
+    table(head, peerRows),
+  ];
+  const atReady = r.options.sizes.map((n) => {
+    const a = full("ours", n)?.restart, b = full("peer", n)?.restart;
+    return `N=${n}: ours ${fmt(mib(a?.rssAtReadyBytes), 1)} → ${fmt(mib(a?.rssBytes), 1)}, peer ${
+      fmt(mib(b?.rssAtReadyBytes), 1)
+    } → ${fmt(mib(b?.rssBytes), 1)}`;
+  });
+  parts.push(
+    "",
+    `RSS MiB of the restarted process the moment /readyz first answered (initial lists just ` +
+      `applied) → after its first pass: ${atReady.join("; ")}.`,
+  );
+  if (r.importCosts?.length) {
+    const bare = r.importCosts.find((c) => c.specifier === "")?.rssBytes ?? 0;
+    parts.push(
+      "",
+      `What each dependency costs when imported (\`deno run\` with \`deno task start\`'s flags, ` +
+        `bench/memory_probe.ts; median of ${IMPORT_PROBE_RUNS} processes each; \"loaded\": ` +
+        "reached from main.ts by code imports, i.e. loaded at run time, as `deno info` shows " +
+        "the module graph):",
+      "",
+      table(
+        [
+          "imported",
+          "RSS MiB",
+          "over bare",
+          "heap used MiB",
+          "import ms",
+          "loaded by the operator",
+        ],
+        r.importCosts.map((c) => [
+          c.label,
+          fmt(mib(c.rssBytes), 1),
+          c.specifier === "" ? "–" : fmt(mib(c.rssBytes - bare), 1),
+          fmt(mib(c.heapUsedBytes), 1),
+          fmt(c.importMs, 0),
+          c.inOperator ? "yes" : "no",
+        ]),
+      ),
+    );
+  }
+  if (r.storeCosts?.length) {
+    const rows = r.storeCosts.flatMap((k) =>
+      k.results.map((
+        x,
+      ) => [k.kind, x.objects, x.variant, x.jsonBytesPerObject, x.heapBytesPerObject])
+    );
+    parts.push(
+      "",
+      "The store per object: AppServices and Pods of the largest converge as the apiserver " +
+        "lists them, cached in a lib/runtime/store.ts Store in a process of their own " +
+        "(`--v8-flags=--expose-gc`; heap used after a full GC with the objects cached, minus " +
+        "the same before, per object):",
+      "",
+      table(["objects", "count", "cached", "JSON bytes per object", "heap bytes per object"], rows),
+    );
+  }
+  return parts.join("\n");
+}
+
+/** The BENCHMARKS.md section of this benchmark. */
+export function markdown(r: BenchResults): string {
+  // Steady state, memory and start-up: the full run; converge measures: median of the repeats.
+  const get = (kind: OperatorKind, n: number) =>
+    r.converge.find((c) => c.operator === kind && c.n === n && c.repeat === 0);
+  const runsOf = (kind: OperatorKind, n: number) =>
+    r.converge.filter((c) => c.operator === kind && c.n === n && c.ok);
+  const med = (kind: OperatorKind, n: number, f: (c: ConvergeResult) => number | undefined) => {
+    const xs = runsOf(kind, n).map(f).filter((x): x is number => typeof x === "number")
+      .filter(Number.isFinite);
+    return xs.length ? median(xs) : undefined;
+  };
+  const rows: (string | number)[][] = [];
+  const row = (
+    label: string,
+    a: number | undefined,
+    b: number | undefined,
+    digits = 1,
+  ) => {
+    const known = (x: number | undefined) => typeof x === "number" && Number.isFinite(x);
+    if (known(a) || known(b)) rows.push([label, fmt(a, digits), fmt(b, digits), ratio(a, b)]);
+  };
+  for (const n of r.options.sizes) {
+    const a = get("ours", n), b = get("peer", n);
+    // The ceiling is the best of the concurrency levels tried.
+    const ceil = r.ceiling.filter((c) => c.n === n)
+      .sort((x, y) => y.writesPerSecond - x.writesPerSecond)[0];
+    const both = (label: string, f: (c: ConvergeResult) => number | undefined, digits = 1) =>
+      row(label, med("ours", n, f), med("peer", n, f), digits);
+    both(`Converge N=${n}: seconds to all Ready`, (c) => c.convergeSeconds);
+    both(`Converge N=${n}: seconds to half Ready`, (c) => c.halfReadySeconds);
+    both(`Converge N=${n}: apiserver requests`, (c) => c.convergeRequestsTotal, 0);
+    both(`Converge N=${n}: writes per AppService`, (c) => c.writesPerAppService, 2);
+    both(`Converge N=${n}: CPU seconds (user+system)`, (c) => c.cpuSecondsConverge, 2);
+    both(`Converge N=${n}: mean apiserver ms per write (audit)`, (c) => c.meanWriteServerMs);
+    if (ceil) {
+      both(
+        `Converge N=${n}: AppServices/s as % of the ceiling's`,
+        (c) =>
+          c.convergeSeconds
+            ? (100 * (n / c.convergeSeconds)) / ceil.appServicesPerSecond
+            : undefined,
+      );
+      both(
+        `Converge N=${n}: writes/s as % of the ceiling's`,
+        (c) =>
+          c.convergeSeconds && c.convergeWrites !== undefined
+            ? (100 * (c.convergeWrites / c.convergeSeconds)) / ceil.writesPerSecond
+            : undefined,
+      );
+    }
+    row(
+      `Steady N=${n}: requests per minute`,
+      a?.steady?.requestsPerMinute,
+      b?.steady?.requestsPerMinute,
+      2,
+    );
+    row(`Idle N=${n}: RSS MiB (after steady state)`, mib(a?.rssIdleBytes), mib(b?.rssIdleBytes));
+    row(
+      `Start-up with N=${n} existing: seconds to /readyz (median of ${STARTUP_SAMPLES})`,
+      (a?.restart?.startupMs ?? NaN) / 1000,
+      (b?.restart?.startupMs ?? NaN) / 1000,
+      2,
+    );
+    row(
+      `Start-up with N=${n} existing: writes in the first pass`,
+      a?.restart?.writes,
+      b?.restart?.writes,
+      0,
+    );
+    row(
+      `Start-up with N=${n} existing: RSS MiB after the first pass`,
+      mib(a?.restart?.rssBytes),
+      mib(b?.restart?.rssBytes),
+    );
+    both(
+      `Start-up with 0 existing (before the N=${n} runs): seconds to /readyz`,
+      (c) => c.startupEmptyMs === undefined ? undefined : c.startupEmptyMs / 1000,
+      2,
+    );
+  }
+  const fo = (kind: OperatorKind, sig: string) => {
+    const xs = r.failover.filter((f) => f.operator === kind && f.signal === sig && f.ok);
+    if (xs.length === 0) return undefined;
+    return xs.reduce((s, f) => s + f.toNewLeaderMs!, 0) / xs.length / 1000;
+  };
+  for (const sig of ["SIGTERM", "SIGKILL"]) {
+    if (r.failover.some((f) => f.signal === sig)) {
+      row(
+        `Failover after ${sig} of the leader: seconds to a new leader`,
+        fo("ours", sig),
+        fo("peer", sig),
+        2,
+      );
+    }
+  }
+  const samples = (kind: OperatorKind, sig: string) =>
+    r.failover.filter((f) => f.operator === kind && f.signal === sig)
+      .map((f) => (f.ok ? fmt(f.toNewLeaderMs! / 1000, 2) : "failed")).join(", ");
+  const failoverLine = r.failover.length > 0
+    ? "Failover samples (seconds from the signal to the new holder's acquireTime): " +
+      ["SIGTERM", "SIGKILL"].map((sig) =>
+        `${sig} ours ${samples("ours", sig) || "–"} / peer ${samples("peer", sig) || "–"}`
+      ).join("; ") + "."
+    : "";
+  const convergeSamples = r.options.sizes.map((n) => {
+    const list = (kind: OperatorKind, f: (c: ConvergeResult) => number | undefined) =>
+      r.converge.filter((c) => c.operator === kind && c.n === n)
+        .sort((x, y) => x.repeat - y.repeat)
+        .map((c) => (c.ok ? fmt(f(c), 1) : "failed")).join(", ") || "–";
+    return `N=${n}: seconds ours ${list("ours", (c) => c.convergeSeconds)} / peer ${
+      list("peer", (c) => c.convergeSeconds)
+    }; CPU s ours ${list("ours", (c) => c.cpuSecondsConverge)} / peer ${
+      list("peer", (c) => c.cpuSecondsConverge)
+    }; apiserver ms per write ours ${list("ours", (c) => c.meanWriteServerMs)} / peer ${
+      list("peer", (c) => c.meanWriteServerMs)
+    }`;
+  });
+  const startupLine = r.options.sizes.map((n) => {
+    const list = (kind: OperatorKind) =>
+      get(kind, n)?.restart?.startupSamplesMs?.map((ms) => fmt(ms / 1000, 2)).join(", ") || "–";
+    return `N=${n}: ours ${list("ours")} / peer ${list("peer")}`;
+  });
+  const ceilingRows = r.ceiling.map((c) => [
+    c.n,
+    c.concurrency,
+    c.writes,
+    fmt(c.seconds, 2),
+    fmt(c.writesPerSecond, 0),
+    fmt(c.appServicesPerSecond, 0),
+  ]);
+  // Requests by verb and resource for the largest size.
+  const nMax = Math.max(...r.options.sizes);
+  const a = get("ours", nMax), b = get("peer", nMax);
+  const keys = [
+    ...new Set([
+      ...Object.keys(a?.convergeRequests ?? {}),
+      ...Object.keys(b?.convergeRequests ?? {}),
+    ]),
+  ].sort();
+  const verbRows = keys.map((k) => [
+    `\`${k}\``,
+    a?.convergeRequests?.[k] ?? 0,
+    b?.convergeRequests?.[k] ?? 0,
+  ]);
+  const steadyKeys = [
+    ...new Set([
+      ...Object.keys(a?.steady?.requests ?? {}),
+      ...Object.keys(b?.steady?.requests ?? {}),
+    ]),
+  ].sort();
+  const steadyRows = steadyKeys.map((k) => [
+    `\`${k}\``,
+    a?.steady?.requests?.[k] ?? 0,
+    b?.steady?.requests?.[k] ?? 0,
+  ]);
+  const failed = r.converge.filter((c) => !c.ok).map((c) => `${c.operator} N=${c.n}: ${c.error}`);
+  return [
+    "## Operator benchmark (`deno task bench`)",
+    "",
+    `Command: \`${r.command}\``,
+    "",
+    `Run ${r.startedAt} on ${r.machine} (at the start). Versions: ${
+      Object.entries(r.versions).map(([k, v]) => `${k} ${v}`).join(", ")
+    }. Both operators: --max-concurrent-reconciles=${r.options.maxConcurrentReconciles}, no ` +
+    "client-side rate limit, managedFields dropped from the cache, informers on all namespaces, " +
+    "info-level JSON logs. Each run: a fresh namespace, the operator started alone, cleanup after. " +
+    "Ours runs as `deno task start` runs it (its permission and V8 flags, from deno.json" +
+    (r.options.oursDenoFlags?.length
+      ? `, plus \`${r.options.oursDenoFlags.join(" ")}\` for this run`
+      : "") +
+    ") and caches owned Pods without their spec (a cache transform: the reconciler never reads " +
+    "it); the peer caches whole objects but managedFields (controller-runtime's " +
+    "TransformStripManagedFields).",
+    "",
+    table(["Scenario", "ours", "peer", "ours/peer"], rows),
+    "",
+    r.ceiling.length > 0
+      ? "Write ceiling (a minimal client doing only finalizer patch, Pod create and status " +
+        "patch per AppService, no operator running):\n\n" +
+        table(["N", "in flight", "writes", "seconds", "writes/s", "AppServices/s"], ceilingRows) +
+        "\n\nThe ceiling runs in a minute of its own; on a shared machine its rate moves as " +
+        "much as the operators' (compare the apiserver ms per write of the runs), so a share " +
+        'near or above 100% reads "at the apiserver\'s limit", not "faster than it".'
+      : "",
+    "",
+    `Converge requests by verb and resource, N=${nMax} (audit log, by User-Agent):`,
+    "",
+    table(["verb resource", "ours", "peer"], verbRows),
+    "",
+    steadyRows.length > 0
+      ? `Steady-state requests, N=${nMax}, over ${
+        a?.steady?.seconds ?? b?.steady?.seconds
+      } s:\n\n` +
+        table(["verb resource", "ours", "peer"], steadyRows)
+      : `Steady state, N=${nMax}: no requests from either operator.`,
+    "",
+    r.converge.length > 0
+      ? `Converge runs in order of repeat (the table shows medians): ${convergeSamples.join(". ")}.`
+      : "",
+    "",
+    r.converge.some((c) => c.restart?.startupSamplesMs)
+      ? `Start-up samples (seconds to /readyz, in order; each operator's after its own converge run): ${
+        startupLine.join(". ")
+      }.`
+      : "",
+    "",
+    failoverLine,
+    "",
+    r.plots.length > 0
+      ? `Plots (Ready count over time): ${r.plots.map((p) => `\`${p}\``).join(", ")}; the ` +
+        `largest, N = ${nMax}, is committed as \`${DOCS_PLOT}\`:\n\n` +
+        `![Ready AppServices over time, N = ${nMax}, ours and the peer](${DOCS_PLOT})`
+      : "",
+    "",
+    memoryMarkdown(r),
+    "",
+    ...r.notes.map((n) => `- ${n}`),
+    failed.length > 0 ? `\nFAILED: ${failed.join("; ")}` : "",
+  ].filter((l, i, all) => !(l === "" && all[i - 1] === "")).join("\n");
+}
