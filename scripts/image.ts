@@ -52,7 +52,7 @@ export const NONROOT_ID = 65532;
 /** Repository of the images this script makes (podman's local storage only). */
 export const IMAGE_REPO = "localhost/appservice-operator";
 
-/** The podman flags every container of this project is run with here (see README). */
+/** The podman flags every container of this project is run with here (see docs/operations.md, "Container image"). */
 export const PODMAN_RUNTIME = ["--runtime", "runc"];
 
 /**

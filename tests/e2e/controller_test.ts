@@ -236,7 +236,7 @@ Deno.test("controller S11: started before the CRD exists, not ready, retries, re
       }`,
     );
     assertBackoff(fails, Date.now() - started);
-    // The log says what to do (README troubleshooting), and the body's text has no stray newline.
+    // The log says what to do (docs/troubleshooting.md), and the body's text has no stray newline.
     for (const l of fails) {
       assert(
         /is its CustomResourceDefinition installed\?/.test(String(l.properties?.hint)),

@@ -66,9 +66,11 @@ Deno.test("cli: bind addresses as controller-runtime takes them", () => {
   assertRejects(() => parseBindAddress("8080"), /not host:port/);
 });
 
-Deno.test("cli: the README's flag table is the one the flag table generates", () => {
-  const readme = Deno.readTextFileSync(new URL("../../README.md", import.meta.url));
-  const section = readme.slice(readme.indexOf("\n## Flags\n"));
+Deno.test("cli: the flag table of docs/operations.md is the one the flag table generates", () => {
+  const doc = Deno.readTextFileSync(new URL("../../docs/operations.md", import.meta.url));
+  const start = doc.indexOf("\n## Flags\n");
+  assert(start >= 0, "docs/operations.md has no Flags section");
+  const section = doc.slice(start);
   /** The cells of the table rows of `text`, up to its next section. */
   const rows = (text: string) => {
     const end = text.indexOf("\n## ", 1);
@@ -79,7 +81,7 @@ Deno.test("cli: the README's flag table is the one the flag table generates", ()
   assertEquals(
     rows(section),
     rows(markdownFlagTable()),
-    "README.md's flag table is stale; print the new one with\n" +
+    "docs/operations.md's flag table is stale; print the new one with\n" +
       `  deno eval 'import { markdownFlagTable } from "./lib/cli.ts"; ` +
       `console.log(markdownFlagTable())' | deno fmt --ext md -`,
   );

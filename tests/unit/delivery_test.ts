@@ -1,7 +1,7 @@
 /**
  * Delivery invariants that need no container engine or cluster: the Dockerfile's stages, base
  * images, user and entrypoint; the compile task's flags equal `deno task start`'s; the deploy
- * manifests' security settings; the README documents every flag.
+ * manifests' security settings; docs/operations.md documents every flag.
  */
 import { parseAllDocuments } from "yaml";
 import { assert, assertEquals } from "../assert.ts";
@@ -185,7 +185,10 @@ Deno.test("deploy/: secure /metrics on 8443 end to end (args, port, Service, Net
     from: [{ namespaceSelector: { matchLabels: { metrics: "enabled" } } }],
     ports: [{ port: 8443, protocol: "TCP" }],
   }]);
-  assert(read("README.md").includes("`metrics: enabled`"), "README names the NetworkPolicy label");
+  assert(
+    read("docs/security.md").includes("`metrics: enabled`"),
+    "docs/security.md names the NetworkPolicy label",
+  );
 
   const reader = docs("metrics_reader_role.yaml")[0];
   assertEquals(reader.kind, "ClusterRole");
@@ -206,10 +209,10 @@ Deno.test("deploy/: secure /metrics on 8443 end to end (args, port, Service, Net
   ]);
 });
 
-Deno.test("README documents every flag with its env var", () => {
-  const readme = read("README.md");
+Deno.test("docs/operations.md documents every flag with its env var", () => {
+  const doc = read("docs/operations.md");
   for (const f of FLAGS) {
-    assert(readme.includes(`--${f.name}`), `README lacks --${f.name}`);
-    assert(readme.includes(f.env), `README lacks ${f.env}`);
+    assert(doc.includes(`--${f.name}`), `docs/operations.md lacks --${f.name}`);
+    assert(doc.includes(f.env), `docs/operations.md lacks ${f.env}`);
   }
 });

@@ -1,5 +1,5 @@
 /**
- * Layers only look down (README, "Layout"): lib/kube imports nothing of lib/runtime, lib/appservice or
+ * Layers only look down (docs/architecture.md): lib/kube imports nothing of lib/runtime, lib/appservice or
  * the entry points; lib/runtime nothing of lib/appservice or the entry points; the example
  * controllers under examples/ reach the library only through its entry modules (lib/kube/mod.ts,
  * lib/runtime/mod.ts), which is what makes them proof that the public surface suffices. The import
