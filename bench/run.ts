@@ -61,24 +61,9 @@ async function main(): Promise<number> {
     return 2;
   }
   await Deno.mkdir(join(o.resultsDir, "logs"), { recursive: true });
-  if (o.fromJson) {
-    const saved = JSON.parse(await Deno.readTextFile(o.fromJson)) as BenchResults;
-    saved.plots = [];
-    for (const n of saved.options.sizes) {
-      const plot = plotConverge(saved.converge, n, o.resultsDir);
-      if (plot) saved.plots.push(plot.replace(`${REPO}/`, ""));
-    }
-    const text = markdown(saved);
-    console.log(text);
-    if (o.markdown) {
-      await writeDocsPlot(saved);
-      await writeSection("bench:run", text);
-    }
-    return saved.converge.some((c) => !c.ok) ? 1 : 0;
-  }
-  const startedAt = new Date().toISOString();
+  if (o.fromJson) return await rerender(o, o.fromJson);
   const results: BenchResults = {
-    startedAt,
+    startedAt: new Date().toISOString(),
     command: ["deno task bench", ...Deno.args].join(" "),
     machine: machineLine(),
     options: { ...o, scenarios: [...o.scenarios] },
@@ -105,6 +90,59 @@ async function main(): Promise<number> {
     log("starting the local control plane", { dir: o.clusterDir, nodes });
     info = await startCluster({ dir: o.clusterDir, nodes });
   }
+  let failed: boolean;
+  try {
+    failed = await runScenarios(o, info, results);
+  } finally {
+    if (!o.reuseCluster && !o.keepCluster) {
+      log("stopping the local control plane");
+      await stopCluster(o.clusterDir).catch((err) => log("stop failed", { error: String(err) }));
+    }
+  }
+  if (o.scenarios.has("memory") && o.operators.includes("ours")) await memoryProbes(o, results);
+  results.notes.push(...runNotes(results));
+  const stamp = results.startedAt.replace(/[:.]/g, "-");
+  await Deno.writeTextFile(
+    join(o.resultsDir, `bench-${stamp}.json`),
+    JSON.stringify(results, null, 2),
+  );
+  await Deno.writeTextFile(join(o.resultsDir, "latest.json"), JSON.stringify(results, null, 2));
+  await publish(o, results);
+  return failed ? 1 : 0;
+}
+
+/** `--from-json`: the plots and tables of saved results, printed (and written unless `--no-markdown`). */
+async function rerender(o: BenchOptions, file: string): Promise<number> {
+  const saved = JSON.parse(await Deno.readTextFile(file)) as BenchResults;
+  saved.plots = [];
+  for (const n of saved.options.sizes) {
+    const plot = plotConverge(saved.converge, n, o.resultsDir);
+    if (plot) saved.plots.push(plot.replace(`${REPO}/`, ""));
+  }
+  await publish(o, saved);
+  return saved.converge.some((c) => !c.ok) ? 1 : 0;
+}
+
+/** Prints the BENCHMARKS.md section of `r`; with `--markdown` (the default) also writes it and the docs plot. */
+async function publish(o: BenchOptions, r: BenchResults): Promise<void> {
+  const md = markdown(r);
+  console.log(md);
+  if (o.markdown) {
+    await writeDocsPlot(r);
+    await writeSection("bench:run", md);
+  }
+}
+
+/**
+ * The scenarios on a running cluster, in order (per size: converge runs and plot, ceiling; then
+ * failover), each result added to `results` as it comes (latest.json rewritten after every
+ * converge run). Returns whether a converge run failed.
+ */
+async function runScenarios(
+  o: BenchOptions,
+  info: ClusterInfo,
+  results: BenchResults,
+): Promise<boolean> {
   const admin = benchClient(info.kubeconfig, `${BENCH_AGENT}0.1.0`);
   const audit = new AuditLog(join(info.dir, "audit.log"), [
     AGENT_PREFIX.ours,
@@ -154,54 +192,44 @@ async function main(): Promise<number> {
     }
   } finally {
     admin.close();
-    if (!o.reuseCluster && !o.keepCluster) {
-      log("stopping the local control plane");
-      await stopCluster(o.clusterDir).catch((err) => log("stop failed", { error: String(err) }));
+  }
+  return failed;
+}
+
+/** Scenario memory's probes in processes of their own (after the cluster stopped): import costs and heap bytes per cached object. */
+async function memoryProbes(o: BenchOptions, results: BenchResults): Promise<void> {
+  log("memory: import probes and per-object probes");
+  results.importCosts = await importCosts(IMPORT_PROBE_RUNS).catch((err) => {
+    log("memory: import probes failed", { error: String(err) });
+    return undefined;
+  });
+  results.storeCosts = [];
+  for (const [kind, transform] of [["appservices", ""], ["pods", "pod"]] as const) {
+    const file = join(o.resultsDir, `objects-${kind}.json`);
+    try {
+      await Deno.stat(file);
+      results.storeCosts.push({ kind, results: await storeCosts(file, transform) });
+    } catch (err) {
+      log("memory: store probe skipped", { kind, error: String(err) });
     }
   }
-  if (o.scenarios.has("memory") && o.operators.includes("ours")) {
-    log("memory: import probes and per-object probes");
-    results.importCosts = await importCosts(IMPORT_PROBE_RUNS).catch((err) => {
-      log("memory: import probes failed", { error: String(err) });
-      return undefined;
-    });
-    results.storeCosts = [];
-    for (const [kind, transform] of [["appservices", ""], ["pods", "pod"]] as const) {
-      const file = join(o.resultsDir, `objects-${kind}.json`);
-      try {
-        await Deno.stat(file);
-        results.storeCosts.push({ kind, results: await storeCosts(file, transform) });
-      } catch (err) {
-        log("memory: store probe skipped", { kind, error: String(err) });
-      }
-    }
-  }
+}
+
+/** The notes printed under the tables: the machine's load during the runs and what the figures include. */
+function runNotes(results: BenchResults): string[] {
   const loads = results.converge.map((c) => c.loadAverageAtStart[0]).filter(Number.isFinite);
-  results.notes.push(
+  return [
     `1-minute load average at the start of the converge runs: ${
       loads.length ? `${Math.min(...loads)}–${Math.max(...loads)}` : "–"
     }; at the end: ${loadAverage().join(" ")}. Other engineers' test clusters share the 2 ` +
-      "cores, so converge times are noisy: read them with the per-run list and each run's " +
-      "apiserver ms per write; CPU seconds, requests and memory are steadier.",
+    "cores, so converge times are noisy: read them with the per-run list and each run's " +
+    "apiserver ms per write; CPU seconds, requests and memory are steadier.",
     "Converge time includes the benchmark's own creates, kube-scheduler binding and kwok " +
-      "marking Pods Ready, which are the same for both; CPU seconds and requests are the " +
-      "operator's own.",
+    "marking Pods Ready, which are the same for both; CPU seconds and requests are the " +
+    "operator's own.",
     "Failover: 3 replicas, Lease 15 s / renew deadline 10 s / retry 2 s for both; the peer " +
-      "sets LeaderElectionReleaseOnCancel like ours releases on shutdown.",
-  );
-  const stamp = startedAt.replace(/[:.]/g, "-");
-  await Deno.writeTextFile(
-    join(o.resultsDir, `bench-${stamp}.json`),
-    JSON.stringify(results, null, 2),
-  );
-  await Deno.writeTextFile(join(o.resultsDir, "latest.json"), JSON.stringify(results, null, 2));
-  const md = markdown(results);
-  console.log(md);
-  if (o.markdown) {
-    await writeDocsPlot(results);
-    await writeSection("bench:run", md);
-  }
-  return failed ? 1 : 0;
+    "sets LeaderElectionReleaseOnCancel like ours releases on shutdown.",
+  ];
 }
 
 if (import.meta.main) {
