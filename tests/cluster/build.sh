@@ -41,7 +41,7 @@ grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION\$" "$here/build/etcd/go.mod" ||
 grep -q "sigs.k8s.io/kwok $KWOK_VERSION\$" "$here/build/kwok/go.mod" ||
   die "build/kwok/go.mod does not pin sigs.k8s.io/kwok $KWOK_VERSION"
 
-# cluster.ts makes its certificates with the openssl CLI.
+# pki.ts (beside cluster.ts) makes its certificates with the openssl CLI.
 if ! command -v openssl >/dev/null; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     say "openssl: missing, installing with apt-get"

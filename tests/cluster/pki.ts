@@ -6,7 +6,7 @@
 import { join } from "node:path";
 import { CERT_VALIDITY_DAYS } from "./config.ts";
 
-const OPENSSL_CONFIG = `# written by tests/cluster/cluster.ts
+const OPENSSL_CONFIG = `# written by tests/cluster/pki.ts
 [req]
 distinguished_name = dn
 prompt = no

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Supervises one local control plane: starts its components on request, reaps them, and tears them
 # all down when the cluster is stopped, when the process that started it dies, or when a maximum
-# lifetime runs out. cluster.ts is its only client; it is not meant to be run by hand.
+# lifetime runs out. processes.ts (under cluster.ts) is its only client; it is not meant to be run by hand.
 #
 # Usage: supervisor.sh DIR OWNER_PID OWNER_START_TICKS MAX_LIFETIME_SECONDS
 #   DIR                   the cluster folder (run/ and logs/ inside it)
