@@ -72,15 +72,8 @@ export function apiserverArgv(info: ClusterInfo, port: number): string[] {
 
 /** kube-controller-manager's command line (its own kubeconfig, the cluster's CIDRs and signing keys). */
 export function controllerManagerArgv(info: ClusterInfo): string[] {
-  const kubeconfig = join(info.dir, "kubeconfigs", "kube-controller-manager");
   return [
-    join(info.binDir, "kube-controller-manager"),
-    `--kubeconfig=${kubeconfig}`,
-    `--authentication-kubeconfig=${kubeconfig}`,
-    `--authorization-kubeconfig=${kubeconfig}`,
-    "--bind-address=127.0.0.1",
-    "--secure-port=0",
-    "--leader-elect=false",
+    ...componentArgv(info, "kube-controller-manager"),
     `--service-account-private-key-file=${info.saKeyFile}`,
     `--root-ca-file=${info.caCertFile}`,
     "--use-service-account-credentials=true",
@@ -98,9 +91,21 @@ export function controllerManagerArgv(info: ClusterInfo): string[] {
 
 /** kube-scheduler's command line (its own kubeconfig). */
 export function schedulerArgv(info: ClusterInfo): string[] {
-  const kubeconfig = join(info.dir, "kubeconfigs", "kube-scheduler");
+  return componentArgv(info, "kube-scheduler");
+}
+
+/**
+ * The start of a control-plane component's command line (kube-controller-manager, kube-scheduler):
+ * its binary, its own kubeconfig for the apiserver and for delegated authn/authz, no serving port
+ * (`--secure-port=0`) and no leader election (one instance).
+ */
+function componentArgv(
+  info: ClusterInfo,
+  name: "kube-controller-manager" | "kube-scheduler",
+): string[] {
+  const kubeconfig = join(info.dir, "kubeconfigs", name);
   return [
-    join(info.binDir, "kube-scheduler"),
+    join(info.binDir, name),
     `--kubeconfig=${kubeconfig}`,
     `--authentication-kubeconfig=${kubeconfig}`,
     `--authorization-kubeconfig=${kubeconfig}`,
