@@ -577,7 +577,9 @@ export class LeaderElector {
     // attempt is bounded by leaseAttemptTimeoutMs (and the deadline); after one that used up a
     // retry period or more without success (it waited on a dead connection), the next goes at
     // once.
-    let waitMs = o.retryPeriodMs;
+    // The first renewal is due a retry period after the acquisition was sent, however long the
+    // confirm step took.
+    let waitMs = Math.max(0, o.retryPeriodMs - this.fence.monotonicAgeMs());
     while (!signal.aborted) {
       try {
         await sleepOn(this.#clock, waitMs, signal);

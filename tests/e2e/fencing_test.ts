@@ -52,7 +52,7 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
-import { type AuditEvent, auditEvents, microTimeMs, receivedMs, WRITE_VERBS } from "./audit.ts";
+import { type AuditEvent, auditEvents, isWrite, microTimeMs, receivedMs } from "./audit.ts";
 import { podBoundIdentities, podOf, type ReplicaIdentity } from "./identity.ts";
 import { installLeaseFence, VALIDATION_FAILURE_ANNOTATION } from "./lease_fence.ts";
 import { applyDeployRbac } from "./resources.ts";
@@ -227,7 +227,7 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
 
     await t.step("audit log: no write by a replica that is not the holder", async () => {
       const writes = (await auditEvents(since)).filter((e) =>
-        e.user?.username === account.user && WRITE_VERBS.has(e.verb) &&
+        e.user?.username === account.user && isWrite(e) &&
         !NOT_WRITES.has(e.objectRef?.resource ?? "")
       );
       assert(writes.length > 0, "no writes in the audit log");
