@@ -31,6 +31,14 @@ import type { KubeClient, WriteFence } from "../kube/client.ts";
 import { FencedError, isAlreadyExists, isConflict, isNotFound } from "../kube/errors.ts";
 import { LEASES } from "../kube/resources.ts";
 import { type Clock, realClock, sleepOn } from "./clock.ts";
+import {
+  awaitLeaseFence,
+  type FenceProbe,
+  handoverMarker,
+  type HandoverReport,
+  isHandoverMarker,
+  probeLeaseFence,
+} from "./handover.ts";
 
 /** Lease duration (s); client-go leaderelection default 15 s. */
 export const LEASE_DURATION_SECONDS = 15;
@@ -245,6 +253,15 @@ export interface LeaderElectorOptions {
   onNewLeader?: (identity: string) => void;
   /** Called on each failed attempt (for logs). */
   onError?: (err: unknown) => void;
+  /**
+   * Seal each takeover against deploy/'s Lease-holder admission policy (lib/runtime/handover.ts):
+   * write a handover marker, wait until the apiserver refuses the previous holder, then take the
+   * Lease; and wait until this replica's writes are admitted before leading. Default true; with
+   * no policy in force each wait ends at the first probe.
+   */
+  sealTakeover?: boolean;
+  /** Called with each seal and confirm step of a takeover (for logs). */
+  onHandover?: (report: HandoverReport) => void;
 }
 
 /** One candidate for the Lease. */
@@ -253,7 +270,13 @@ export class LeaderElector {
     & Required<
       Omit<
         LeaderElectorOptions,
-        "onStartedLeading" | "onStoppedLeading" | "onNewLeader" | "onError" | "monotonicNow"
+        | "onStartedLeading"
+        | "onStoppedLeading"
+        | "onNewLeader"
+        | "onError"
+        | "monotonicNow"
+        | "sealTakeover"
+        | "onHandover"
       >
     >
     & LeaderElectorOptions;
@@ -268,6 +291,8 @@ export class LeaderElector {
   };
   #lease?: Lease;
   #leading = false;
+  /** The handover marker this candidate wrote into the Lease, while it seals a takeover. */
+  #marker?: string;
   /** The fence of this candidate's writes; see {@link LeaseFence}. */
   readonly fence: LeaseFence;
 
@@ -321,8 +346,13 @@ export class LeaderElector {
   /**
    * One attempt to acquire or renew. Returns true when this candidate holds the Lease afterwards.
    * Never throws for API errors (they are reported through onError and count as a failed try).
+   * A takeover is sealed first (see {@link LeaderElectorOptions.sealTakeover}); the seal's wait
+   * is bounded by `sealSignal` and the renew deadline, the Lease writes by `signal`.
    */
-  async tryAcquireOrRenew(signal?: AbortSignal): Promise<boolean> {
+  async tryAcquireOrRenew(
+    signal?: AbortSignal,
+    sealSignal: AbortSignal = signal ?? new AbortController().signal,
+  ): Promise<boolean> {
     const o = this.#o;
     let now = this.#clock.now();
     // The record's times are those of the write's sending (the stamp taken right before it), not
@@ -374,17 +404,26 @@ export class LeaderElector {
       }
       this.#observe(current, now);
       const holder = current.spec?.holderIdentity ?? "";
+      const other = holder !== "" && holder !== o.identity && holder !== this.#marker;
       // Someone else holds it: whatever we thought, we may not write (the run loop ends).
-      if (holder && holder !== o.identity) this.fence.revoke();
+      if (other) this.fence.revoke();
       const durMs = (current.spec?.leaseDurationSeconds ?? o.leaseDurationSeconds) * 1000;
-      if (holder && holder !== o.identity && this.#observed!.atMs + durMs > now) {
+      if (other && this.#observed!.atMs + durMs > now) {
         return false; // held by someone else and not expired (by our own observation)
+      }
+      if (holder !== o.identity && o.sealTakeover !== false) {
+        current = await this.#seal(current, signal, sealSignal);
+        signal = AbortSignal.any([
+          sealSignal,
+          AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs)),
+        ]);
       }
       const stamp = this.fence.stamp();
       this.#lease = await o.client.update<Lease>(LEASES, {
         ...current,
         spec: { ...current.spec, ...spec(stamp.wallMs, current.spec) },
       }, { signal });
+      this.#marker = undefined;
       this.#observe(this.#lease, stamp.wallMs);
       this.fence.renewed(stamp);
       return true;
@@ -394,6 +433,75 @@ export class LeaderElector {
       if (!isConflict(err) && !isAlreadyExists(err) && !shutdown) o.onError?.(err);
       return false;
     }
+  }
+
+  /**
+   * Seals a takeover of `current` (see lib/runtime/handover.ts): writes this candidate's handover
+   * marker as holder (unless it is there already), then probes until the apiserver's Lease-holder
+   * policy judges on the marker, no policy answers, or the renew deadline passes (then it goes
+   * on, and says so through onHandover). Returns the Lease as written. Throws the marker write's
+   * error (a 409: another candidate won).
+   */
+  async #seal(current: Lease, signal: AbortSignal | undefined, sealSignal: AbortSignal) {
+    const o = this.#o;
+    const previous = current.spec?.holderIdentity ?? "";
+    let lease = current;
+    if (!this.#marker || previous !== this.#marker) {
+      const marker = handoverMarker(o.identity, o.random);
+      const now = this.#clock.now();
+      lease = await o.client.update<Lease>(LEASES, {
+        ...current,
+        spec: {
+          ...current.spec,
+          holderIdentity: marker,
+          leaseDurationSeconds: o.leaseDurationSeconds,
+          renewTime: microTime(now),
+        },
+      }, { signal });
+      this.#marker = marker;
+      this.#observe(lease, now);
+    }
+    const marker = this.#marker;
+    const wait = await awaitLeaseFence(
+      (s) => probeLeaseFence(o.client, o.namespace, o.name, o.identity, s),
+      (p) => p.kind !== "refused" || p.holder === marker,
+      { timeoutMs: o.renewDeadlineMs, clock: this.#clock, signal: sealSignal },
+    );
+    o.onHandover?.({
+      step: "seal",
+      previous: isHandoverMarker(previous) ? undefined : previous,
+      outcome: wait.done ? sealOutcome(wait.last) : "timeout",
+      ...probeDetails(wait.last),
+      waitedMs: wait.waitedMs,
+      probes: wait.probes,
+    });
+    return lease;
+  }
+
+  /**
+   * After a sealed takeover, before the first write: probes until the apiserver's Lease-holder
+   * policy admits this replica, bounded by a retry period; reports through onHandover.
+   */
+  async #confirm(signal: AbortSignal): Promise<void> {
+    const o = this.#o;
+    const wait = await awaitLeaseFence(
+      (s) => probeLeaseFence(o.client, o.namespace, o.name, o.identity, s),
+      (p) => p.kind !== "refused" || p.holder === o.identity,
+      { timeoutMs: o.retryPeriodMs, clock: this.#clock, signal },
+    );
+    o.onHandover?.({
+      step: "confirm",
+      outcome: !wait.done
+        ? "timeout"
+        : wait.last.kind === "admitted"
+        ? "in-force"
+        : wait.last.kind === "refused"
+        ? "refuses-holder"
+        : "failed",
+      ...probeDetails(wait.last),
+      waitedMs: wait.waitedMs,
+      probes: wait.probes,
+    });
   }
 
   #observe(lease: Lease, now: number): void {
@@ -408,7 +516,10 @@ export class LeaderElector {
         atMs: now,
         durationMs: (lease.spec?.leaseDurationSeconds ?? this.#o.leaseDurationSeconds) * 1000,
       };
-      if (holder && holder !== this.#o.identity && prev?.holder !== holder) {
+      if (
+        holder && holder !== this.#o.identity && prev?.holder !== holder &&
+        !isHandoverMarker(holder)
+      ) {
         this.#o.onNewLeader?.(holder);
       }
     }
@@ -425,7 +536,12 @@ export class LeaderElector {
     // (a stalled connection) is followed at once by the next, on a new connection.
     while (!signal.aborted) {
       const startedMs = this.#clock.now();
-      if (await this.tryAcquireOrRenew(AbortSignal.any([signal, AbortSignal.timeout(attemptMs)]))) {
+      if (
+        await this.tryAcquireOrRenew(
+          AbortSignal.any([signal, AbortSignal.timeout(attemptMs)]),
+          signal,
+        )
+      ) {
         break;
       }
       const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
@@ -450,13 +566,20 @@ export class LeaderElector {
         AbortSignal.any([signal, AbortSignal.timeout(o.retryPeriodMs)]),
       );
     }
+    if (o.sealTakeover !== false) await this.#confirm(signal);
+    if (signal.aborted) {
+      this.fence.revoke();
+      return "stopped";
+    }
     this.#leading = true;
     o.onStartedLeading?.();
     // Renew. The deadline is the fence's: the age of the last successful write's sending. Each
     // attempt is bounded by leaseAttemptTimeoutMs (and the deadline); after one that used up a
     // retry period or more without success (it waited on a dead connection), the next goes at
     // once.
-    let waitMs = o.retryPeriodMs;
+    // The first renewal is due a retry period after the acquisition was sent, however long the
+    // confirm step took.
+    let waitMs = Math.max(0, o.retryPeriodMs - this.fence.monotonicAgeMs());
     while (!signal.aborted) {
       try {
         await sleepOn(this.#clock, waitMs, signal);
@@ -520,4 +643,18 @@ export class LeaderElector {
       return false;
     }
   }
+}
+
+/** The outcome of a seal whose wait ended on probe `p`. */
+function sealOutcome(p: FenceProbe): HandoverReport["outcome"] {
+  return p.kind === "refused" ? "in-force" : p.kind === "admitted" ? "not-in-force" : "failed";
+}
+
+/** The holder a refusal named, or the error of a failed probe. */
+function probeDetails(p: FenceProbe): Pick<HandoverReport, "holder" | "error"> {
+  return p.kind === "refused"
+    ? { holder: p.holder }
+    : p.kind === "failed"
+    ? { error: p.error }
+    : {};
 }

@@ -61,7 +61,8 @@ import {
   RENEW_DEADLINE_MS,
   RETRY_PERIOD_MS,
 } from "./leader.ts";
-import { errorText, log } from "./log.ts";
+import { errorText, log, type Logger } from "./log.ts";
+import type { HandoverReport } from "./handover.ts";
 import { Metrics } from "./metrics.ts";
 import { startMetricsServer } from "./metrics_server.ts";
 import { passes, type Predicate } from "./predicates.ts";
@@ -820,6 +821,7 @@ export class Manager {
           }
         },
         onNewLeader: (holder) => this.#log.info("Observed leader", { lease: leaseName, holder }),
+        onHandover: (r) => logHandover(this.#log, leaseName, r),
         onError: (err) =>
           this.#log.warn("Lease attempt failed", { lease: leaseName, error: errorText(err) }),
       });
@@ -870,6 +872,58 @@ export class Manager {
     signal.removeEventListener("abort", onSignal);
     this.#log.info("Stopped", { exitCode });
     return exitCode;
+  }
+}
+
+/**
+ * Logs one step of a Lease takeover (lib/runtime/handover.ts): what the apiserver's Lease-holder
+ * policy did, in one line; a policy that refuses the holder itself is an error (misconfigured
+ * identity), one that could not be probed or did not follow in time a warning.
+ */
+function logHandover(logger: Logger, lease: string, r: HandoverReport): void {
+  const base = { lease, waitedMs: Math.round(r.waitedMs), probes: r.probes };
+  switch (r.outcome) {
+    case "in-force":
+      logger.info(
+        r.step === "seal"
+          ? "Sealed the Lease before taking it: the apiserver refuses the previous holder's writes"
+          : "The apiserver admits this replica's writes",
+        { ...base, ...(r.step === "seal" ? { previous: r.previous } : {}) },
+      );
+      return;
+    case "not-in-force":
+      logger.info(
+        "No Lease-holder admission policy in force for this Lease; the client-side fence alone " +
+          "decides",
+        base,
+      );
+      return;
+    case "timeout":
+      logger.warn(
+        r.step === "seal"
+          ? "The apiserver's Lease-holder policy still named another holder at the deadline; " +
+            "taking the Lease"
+          : "The apiserver's Lease-holder policy did not admit this replica in time; writes " +
+            "refused meanwhile are requeued",
+        { ...base, holder: r.holder },
+      );
+      return;
+    case "refuses-holder":
+      logger.error(
+        "The apiserver's Lease-holder policy refuses this replica although it holds the Lease",
+        {
+          ...base,
+          holder: r.holder,
+          hint: "the holder identity must start with the Pod's name and '_' " +
+            "(APPSERVICE_POD_NAME from the downward API)",
+        },
+      );
+      return;
+    case "failed":
+      logger.warn("Could not probe the apiserver's Lease-holder policy", {
+        ...base,
+        error: errorText(r.error),
+      });
   }
 }
 

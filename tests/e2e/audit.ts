@@ -35,6 +35,15 @@ export interface AuditEvent {
 export const WRITE_VERBS = new Set(["create", "update", "patch", "delete", "deletecollection"]);
 
 /**
+ * Whether an audit event is a write that may store something: a write verb, not a dry run
+ * (`dryRun=All` runs admission and stores nothing; the elector's probes of the Lease-holder policy
+ * while it seals a takeover are dry runs, lib/runtime/handover.ts).
+ */
+export function isWrite(e: AuditEvent): boolean {
+  return WRITE_VERBS.has(e.verb) && !/[?&]dryRun=/.test(e.requestURI);
+}
+
+/**
  * Audit events at or after `sinceMs` whose user agent starts with `agentPrefix` (default: the
  * operator's, `appservice-operator/`). Waits a moment first, so just-finished requests are written.
  */

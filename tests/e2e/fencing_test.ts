@@ -52,7 +52,7 @@ import {
   startOperator,
   waitFor,
 } from "./harness.ts";
-import { type AuditEvent, auditEvents, microTimeMs, receivedMs, WRITE_VERBS } from "./audit.ts";
+import { type AuditEvent, auditEvents, isWrite, microTimeMs, receivedMs } from "./audit.ts";
 import { podBoundIdentities, podOf, type ReplicaIdentity } from "./identity.ts";
 import { installLeaseFence, VALIDATION_FAILURE_ANNOTATION } from "./lease_fence.ts";
 import { applyDeployRbac } from "./resources.ts";
@@ -182,7 +182,11 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
         await sleep(300 + Math.random() * 1_200); // the leader works on the changes
         if (!(await isRunning(leader.op))) continue;
         const stoppedAt = performance.now();
-        leader.op.child.kill("SIGSTOP");
+        try {
+          leader.op.child.kill("SIGSTOP");
+        } catch {
+          continue; // it lost the Lease and ended meanwhile (a starved machine): replaced above
+        }
         const taken = await waitFor(
           "the standby holds the Lease",
           async () => {
@@ -210,8 +214,6 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
       assertEquals(rounds.length, ROUNDS);
     });
     const changes = await churn.stop();
-    const holdings = await recorder.stop();
-    console.log(`background changes: ${changes}; holders: ${holdings.length}`);
 
     await t.step("the last leader converges every AppService", async () => {
       await waitFor("every AppService Ready at its generation", async () => {
@@ -224,10 +226,14 @@ Deno.test("fenced writes: a paused leader sends no write after another replica t
         return true;
       }, 90_000);
     });
+    // The holders are recorded until the audit log is read: a takeover after the rounds (a
+    // replica that lost the Lease on a starved machine) is a holding like any other.
+    const holdings = await recorder.stop();
+    console.log(`background changes: ${changes}; holders: ${holdings.length}`);
 
     await t.step("audit log: no write by a replica that is not the holder", async () => {
       const writes = (await auditEvents(since)).filter((e) =>
-        e.user?.username === account.user && WRITE_VERBS.has(e.verb) &&
+        e.user?.username === account.user && isWrite(e) &&
         !NOT_WRITES.has(e.objectRef?.resource ?? "")
       );
       assert(writes.length > 0, "no writes in the audit log");

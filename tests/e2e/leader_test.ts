@@ -8,6 +8,7 @@
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import { MESSAGES } from "../../lib/runtime/messages.ts";
+import { isHandoverMarker } from "../../lib/runtime/handover.ts";
 import { parse as parseYaml, stringify } from "yaml";
 import { assert, assertEquals } from "../assert.ts";
 import { PODS } from "../../lib/kube/resources.ts";
@@ -143,7 +144,8 @@ Deno.test("leader election: three replicas, one reconciles; SIGKILL and SIGTERM 
           async () => {
             const l = await getLease(leaseNs, leaseName);
             const h = l?.spec?.holderIdentity;
-            return h && h !== holderBefore ? l : undefined;
+            // A handover marker is a takeover being sealed, not a holder.
+            return h && h !== holderBefore && !isHandoverMarker(h) ? l : undefined;
           },
           30_000,
           100,

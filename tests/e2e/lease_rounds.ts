@@ -10,6 +10,7 @@ import type { ResourceType } from "../../lib/kube/resources.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
 import { admin, getLease, sleep } from "./harness.ts";
 import { microTimeMs } from "./audit.ts";
+import { isHandoverMarker } from "../../lib/runtime/handover.ts";
 
 /**
  * Short leader-election timings that keep rounds short: lease 4 s, renew deadline 3 s, retry
@@ -69,7 +70,7 @@ export function churnAppServices(
 }
 
 /**
- * Every holder of the Lease `ns/name` and its acquireTime, polled every 50 ms (bounded: 20
+ * Every holder of the Lease `ns/name` (handover markers left out) and its acquireTime, polled every 50 ms (bounded: 20
  * minutes). `stop()` resolves with the holdings in order.
  */
 export function recordHolders(ns: string, name: string): Background<Holding[]> {
@@ -82,7 +83,9 @@ export function recordHolders(ns: string, name: string): Background<Holding[]> {
       const h = l?.spec?.holderIdentity;
       const from = l?.spec?.acquireTime ? microTimeMs(l.spec.acquireTime) : NaN;
       const last = holdings[holdings.length - 1];
-      if (h && (!last || last.identity !== h || last.fromMs !== from)) {
+      // A handover marker (a takeover being sealed) holds for nobody: the holding before it goes
+      // on until the new holder's acquireTime.
+      if (h && !isHandoverMarker(h) && (!last || last.identity !== h || last.fromMs !== from)) {
         holdings.push({ identity: h, fromMs: from });
       }
       await sleep(50);

@@ -8,7 +8,9 @@ import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import { assert, assertEquals, assertRejects } from "../assert.ts";
 import { FLAGS, parseFlags } from "../../lib/cli.ts";
 import type { KubeClient } from "../../lib/kube/client.ts";
-import { ApiError } from "../../lib/kube/errors.ts";
+import { ApiError, FencedError, LEASE_FENCE_PHRASE } from "../../lib/kube/errors.ts";
+import { EVENTS } from "../../lib/kube/resources.ts";
+import type { HandoverReport } from "../../lib/runtime/handover.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
 import {
   LeaderElector,
@@ -28,6 +30,11 @@ class FakeLeaseApi {
   /** When set, every call fails with it (a cut connection). */
   failWith?: Error;
   writes: { verb: string; spec: Lease["spec"] }[] = [];
+  /**
+   * The Lease-holder policy, when set: the holder the apiserver's informer shows (it lags the
+   * stored Lease; the test moves it), and the probes it answered.
+   */
+  policy?: { informerHolder: string; probes: { from: string; admitted: boolean }[] };
 
   #check(spec: Lease["spec"]): void {
     const d = spec?.leaseDurationSeconds;
@@ -50,8 +57,9 @@ class FakeLeaseApi {
         }
         return Promise.resolve(structuredClone(this.lease));
       },
-      create: (_rt: unknown, obj: Lease) => {
+      create: (rt: unknown, obj: Lease) => {
         if (this.failWith) return Promise.reject(this.failWith);
+        if (rt === EVENTS) return this.#probe(obj as unknown as { reportingInstance: string });
         if (this.lease) {
           return Promise.reject(new ApiError(409, { reason: "AlreadyExists", message: "exists" }));
         }
@@ -86,6 +94,23 @@ class FakeLeaseApi {
     };
     return api as unknown as KubeClient;
   }
+
+  /** deploy/'s Lease-holder policy on a dry-run Event by replica `reportingInstance`. */
+  #probe(ev: { reportingInstance: string }): Promise<unknown> {
+    if (!this.policy) return Promise.reject(new ApiError(404, { reason: "NotFound" }));
+    const from = ev.reportingInstance;
+    const holder = this.policy.informerHolder;
+    const admitted = holder.startsWith(`${from.split("_")[0]}_`);
+    this.policy.probes.push({ from, admitted });
+    if (admitted) return Promise.resolve({});
+    const refusal = new ApiError(403, {
+      reason: "Forbidden",
+      message: `events "x" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied ` +
+        `request: ${LEASE_FENCE_PHRASE}: Pod '${from}' is not the holder of Lease ns/lease ` +
+        `(held by '${holder}')`,
+    });
+    return Promise.reject(new FencedError("NotLeaseHolder", "POST events", undefined, refusal));
+  }
 }
 
 function elector(
@@ -104,6 +129,7 @@ function elector(
     retryPeriodMs: 1_000,
     clock,
     random: () => 0,
+    sealTakeover: false,
     ...extra,
   });
 }
@@ -399,4 +425,92 @@ Deno.test("leader issue 25: renewTime and acquireTime are the times the Lease wr
   assertEquals(api.writes[2].spec?.renewTime, microTime(start + 9_501));
   a.fence.revoke();
   b.fence.revoke();
+});
+
+Deno.test("leader: a takeover is sealed: the new holder writes itself only after the apiserver's policy refuses the previous one", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const reports: HandoverReport[] = [];
+  const a = elector(api, "pod-a_1", clock);
+  const b = elector(api, "pod-b_2", clock, {
+    sealTakeover: true,
+    onHandover: (r) => reports.push(r),
+  });
+  assert(await a.tryAcquireOrRenew());
+  api.policy = { informerHolder: "pod-a_1", probes: [] };
+  assertEquals(await b.tryAcquireOrRenew(), false);
+  clock.advance(4_000); // a's Lease expires for b
+
+  // b writes its marker, then probes every 20 ms while the apiserver's informer lags.
+  const abort = new AbortController();
+  const taking = b.tryAcquireOrRenew(abort.signal, abort.signal);
+  await flush();
+  const marker = api.lease!.spec!.holderIdentity!;
+  assert(marker.startsWith("handover:"), marker);
+  assert(!marker.includes("_"), `a marker must not hold '_': ${marker}`);
+  assertEquals(api.lease!.spec!.acquireTime, api.writes[0].spec!.acquireTime, "not an acquisition");
+  for (let i = 0; i < 3; i++) {
+    clock.advance(20);
+    await flush();
+  }
+  assertEquals(api.lease!.spec!.holderIdentity, marker, "b took the Lease before the seal held");
+  assert(api.policy.probes.length >= 3 && api.policy.probes.every((p) => !p.admitted));
+  // The informer catches up with the marker: the next probe's refusal names it; b takes the Lease.
+  api.policy.informerHolder = marker;
+  clock.advance(20);
+  await flush();
+  assert(await taking);
+  const spec = api.lease!.spec!;
+  assertEquals(spec.holderIdentity, "pod-b_2");
+  assertEquals(spec.leaseTransitions, 1);
+  assertEquals(spec.acquireTime, microTime(clock.now()));
+  assertEquals(reports.length, 1);
+  assertEquals(reports[0].step, "seal");
+  assertEquals(reports[0].outcome, "in-force");
+  assertEquals(reports[0].previous, "pod-a_1");
+  assertEquals(reports[0].holder, marker);
+  // a, still running, sees the marker's successor and may not write.
+  assertEquals(await a.tryAcquireOrRenew(), false);
+  assertEquals(a.fence.open, false);
+  b.fence.revoke();
+});
+
+Deno.test("leader: a seal without a policy in force waits for nothing; one that never holds ends at the renew deadline", async () => {
+  // No policy: the first probe is admitted, the takeover follows at once.
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const reports: HandoverReport[] = [];
+  const a = elector(api, "pod-a_1", clock);
+  const b = elector(api, "pod-b_2", clock, {
+    sealTakeover: true,
+    onHandover: (r) => reports.push(r),
+  });
+  assert(await a.tryAcquireOrRenew());
+  api.policy = { informerHolder: "", probes: [] };
+  api.policy.informerHolder = "pod-b_x"; // admits b: as with no policy at all
+  assertEquals(await b.tryAcquireOrRenew(), false);
+  clock.advance(4_000);
+  assert(await b.tryAcquireOrRenew());
+  assertEquals(reports.map((r) => `${r.step} ${r.outcome} ${r.probes}`), ["seal not-in-force 1"]);
+  // A policy stuck on the old holder: the seal gives up at the renew deadline (3 s) and takes.
+  const c = elector(api, "pod-c_3", clock, {
+    sealTakeover: true,
+    onHandover: (r) => reports.push(r),
+  });
+  api.policy.informerHolder = "pod-b_2";
+  assertEquals(await c.tryAcquireOrRenew(), false);
+  clock.advance(4_000);
+  const abort = new AbortController();
+  const taking = c.tryAcquireOrRenew(abort.signal, abort.signal);
+  for (let i = 0; i < 200 && reports.length < 2; i++) {
+    clock.advance(20);
+    await flush();
+  }
+  assert(await taking);
+  assertEquals(reports[1].outcome, "timeout");
+  assertEquals(reports[1].holder, "pod-b_2");
+  assert(reports[1].waitedMs >= 3_000 && reports[1].waitedMs < 3_100, `${reports[1].waitedMs}`);
+  assertEquals(api.lease!.spec!.holderIdentity, "pod-c_3");
+  b.fence.revoke();
+  c.fence.revoke();
 });
