@@ -3,6 +3,7 @@
  * @module
  */
 
+import { isHandoverMarker } from "../../lib/runtime/handover.ts";
 import { join } from "node:path";
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import type { KubeClient } from "../../lib/kube/client.ts";
@@ -377,7 +378,8 @@ export async function failoverRun(
       async () => {
         const l = await admin.get<Lease>(LEASES, leaseName, { namespace: ns });
         const h = l.spec?.holderIdentity ?? "";
-        if (h && h !== holder) after = l;
+        // Ours seals a takeover with a handover marker first: not a holder yet.
+        if (h && h !== holder && !isHandoverMarker(h)) after = l;
         return after !== undefined;
       },
       90_000,
