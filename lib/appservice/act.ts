@@ -85,7 +85,7 @@ export interface ActDeps {
   events: EventRecorder;
   /** Refused writes and their slow retries. */
   rejected: RejectedWrites;
-  /** Namespaces being deleted (S21), if tracked. */
+  /** Namespaces being deleted (docs/scenarios.md S21), if tracked. */
   terminating?: TerminatingNamespaces;
   /** Wall clock (ms). */
   now: () => number;
@@ -115,7 +115,7 @@ export type DeleteOutcome =
   | "gone"
   /** The cached spec is older than the live one: nothing deleted, requeue with backoff. */
   | "stale"
-  /** The namespace is being deleted (S21): end the reconcile. */
+  /** The namespace is being deleted (docs/scenarios.md S21): end the reconcile. */
   | "closed";
 
 /** A Service of the wanted name exists and belongs to someone else. */
@@ -151,7 +151,7 @@ export class Actor {
     return t.live;
   }
 
-  /** Records `obj`, the apiserver's answer to a write of the AppService, as the turn's live read. */
+  /** Records `obj`, the apiserver's answer to a write of the AppService, as the live read. */
   knowLive(t: Turn, obj: AppService): void {
     t.live = Promise.resolve(obj);
   }
@@ -292,7 +292,7 @@ export class Actor {
    * Creates the plan's Pods, lowest free slot first; none while a refused create waits for its
    * slow retry. A create that goes through proves the new template is admitted.
    * @returns Pods created and whether a create failed otherwise than with AlreadyExists, or
-   *   undefined when the namespace is being deleted (S21: the reconcile ends)
+   *   undefined when the namespace is being deleted (docs/scenarios.md S21: the reconcile ends)
    */
   async createPods(
     t: Turn,
@@ -385,7 +385,7 @@ export class Actor {
    * by a create or an existing Pod of it (plan.ts `templateProven`), else by a dry run
    * (`generateName`, so it does not collide with a Pod of that name). A spec the CRD accepts but
    * an admission policy, a quota or Pod Security refuses must not cost a running Pod.
-   * @returns undefined when the namespace is being deleted (S21)
+   * @returns undefined when the namespace is being deleted (docs/scenarios.md S21)
    */
   async #admitted(
     t: Turn,
@@ -578,7 +578,8 @@ export class Actor {
       if (err instanceof ServiceConflict) {
         t.failures.push({ reason: "ServiceNameConflict", message: err.message });
       } else if (this.namespaceClosed(as, err)) {
-        // Its namespace is being deleted (S21): not a failure; nothing more is created there.
+        // Its namespace is being deleted (docs/scenarios.md S21): not a failure; nothing more is
+        // created there.
       } else if (step.kind !== "delete" && isWriteRejection(err)) {
         t.failures.push(
           this.#refusal(t, "service", REASON_SERVICE_REJECTED, `Service ${name}`, err),

@@ -98,7 +98,7 @@ import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import { CONTROLLER_UID_INDEX, type Store } from "../runtime/store.ts";
 import { Actor, FIELD_MANAGER, rethrowIfAbortive, type Turn } from "./act.ts";
 import { APPSERVICES, FINALIZER } from "./api.ts";
-import { adoptablePods, nextStep, plan, podsToRelabel } from "./plan.ts";
+import { adoptablePods, nextStep, plan, podsToRelabel, type ReconcilePlan } from "./plan.ts";
 import { ORPHAN_INDEX, orphanKeys, SPEC_HASH_ANNOTATION } from "./pods.ts";
 import { RejectedWrites } from "./rejections.ts";
 import { type PodFailure, PodReplacements } from "./replacements.ts";
@@ -106,8 +106,10 @@ import { cleanupStatus, type FailedPod, reconcileStatus } from "./report.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import {
   type CauseSignature,
+  type ConditionInput,
   conditionReason,
   newCauses,
+  type PodCause,
   REASON_PROGRESS_DEADLINE_EXCEEDED,
   statusChanged,
   statusWriteAtMs,
@@ -189,41 +191,102 @@ class WrittenVersions {
   }
 }
 
-/** Builds the reconcile function for the controller. */
+/** Builds the reconcile function for the controller (see the module doc). */
 export function appServiceReconciler(
   deps: ReconcilerDeps,
 ): (key: string, ctx: ReconcileContext) => Promise<ReconcileResult> {
-  const now = deps.now ?? Date.now;
-  const { client, events } = deps;
+  const r = new AppServiceReconciler(deps);
+  return (key, ctx) => r.reconcile(key, ctx);
+}
+
+/** The reconciler's state between reconciles, and its steps (see the module doc). */
+class AppServiceReconciler {
+  #deps: ReconcilerDeps;
+  #now: () => number;
   /** Stuck-Pod causes seen per AppService key, by Pod uid (see {@link newCauses}). */
-  const seenCauses = new Map<string, Map<string, CauseSignature>>();
-  const rejected = deps.rejected ?? new RejectedWrites(now);
-  const replacements = new PodReplacements(now);
-  const written = new WrittenVersions();
-  const act = new Actor({ client, events, rejected, terminating: deps.terminating, now });
-  // Orphans (--cascade=orphan) by the key of the AppService that may adopt them.
-  deps.pods.addIndex(ORPHAN_INDEX, orphanKeys);
-  deps.services.addIndex(ORPHAN_INDEX, orphanKeys);
+  #seenCauses = new Map<string, Map<string, CauseSignature>>();
+  #rejected: RejectedWrites;
+  #replacements: PodReplacements;
+  #written = new WrittenVersions();
+  #act: Actor;
+
+  constructor(deps: ReconcilerDeps) {
+    this.#deps = deps;
+    this.#now = deps.now ?? Date.now;
+    this.#rejected = deps.rejected ?? new RejectedWrites(this.#now);
+    this.#replacements = new PodReplacements(this.#now);
+    this.#act = new Actor({
+      client: deps.client,
+      events: deps.events,
+      rejected: this.#rejected,
+      terminating: deps.terminating,
+      now: this.#now,
+    });
+    // Orphans (--cascade=orphan) by the key of the AppService that may adopt them.
+    deps.pods.addIndex(ORPHAN_INDEX, orphanKeys);
+    deps.services.addIndex(ORPHAN_INDEX, orphanKeys);
+  }
+
+  /** Reconciles one key: cache read, then the finalizer's `cleanup` or `apply`. */
+  async reconcile(key: string, ctx: ReconcileContext): Promise<ReconcileResult> {
+    /** When this reconcile started (ms): its writes' attempts start after it. */
+    const startedMs = this.#now();
+    const cached = this.#deps.appServices.get(key);
+    const as = cached && this.#written.newest(key, cached);
+    if (!as) {
+      this.#written.forget(key);
+      this.#seenCauses.delete(key);
+      this.#rejected.forget(key);
+      this.#replacements.forget(key);
+      return Reconcile.done;
+    }
+    if (as.metadata.deletionTimestamp) {
+      this.#rejected.forget(key);
+      this.#replacements.forget(key);
+      this.#seenCauses.delete(key);
+    } else if (this.#deps.terminating?.has(as.metadata.namespace!, as.metadata.uid)) {
+      // Its namespace is being deleted: nothing can be created; its own deletion will follow.
+      ctx.logger.debug("Namespace is being deleted; creating nothing");
+      return Reconcile.done;
+    }
+    const t = this.#act.turn(key, as, ctx, startedMs);
+    return await finalizer(as, {
+      client: this.#deps.client,
+      resource: APPSERVICES,
+      name: FINALIZER,
+      fieldManager: FIELD_MANAGER,
+      signal: ctx.signal,
+      onAdded: (before, after) => {
+        this.#written.note(key, before, after);
+        this.#act.knowLive(t, after);
+        ctx.logger.debug("Added finalizer");
+      },
+    }, (event) => {
+      if (event.type === "cleanup") return this.#cleanup(t);
+      t.as = event.obj;
+      return this.#apply(t);
+    });
+  }
 
   /**
    * Writes `next` as the status of `as` when it differs from the stored one: at once when its
    * state changed, else (only counters and messages) not before {@link statusWriteAtMs}
    * (docs/scenarios.md S24). Returns when a write held back is due (ms), if one was.
    */
-  async function writeStatus(
+  async #writeStatus(
     key: string,
     as: AppService,
     next: AppServiceStatusT,
     signal: AbortSignal,
   ): Promise<number | undefined> {
     if (!statusChanged(as.status, next)) return undefined;
-    const nowMs = now();
+    const nowMs = this.#now();
     const at = statusWriteAtMs(as.status, next, nowMs);
     if (at > nowMs) return at;
     const status = { ...next, lastReconciliation: new Date(nowMs).toISOString() };
     // The resourceVersion `next` was computed from is a precondition (409 when outdated).
     const metadata = { resourceVersion: as.metadata.resourceVersion };
-    const got = await client.patch<AppService>(
+    const got = await this.#deps.client.patch<AppService>(
       APPSERVICES,
       as.metadata.name!,
       { metadata, status },
@@ -235,27 +298,33 @@ export function appServiceReconciler(
         signal,
       },
     );
-    if (got?.metadata?.resourceVersion) written.note(key, as, got);
+    if (got?.metadata?.resourceVersion) this.#written.note(key, as, got);
     return undefined;
   }
 
   /** The cleanup of a deleted AppService (finalizer.ts `cleanup`): `done` when all is gone. */
-  async function cleanup(t: Turn): Promise<ReconcileResult> {
+  async #cleanup(t: Turn): Promise<ReconcileResult> {
     const { as, ctx: { signal, logger } } = t;
     // `kubectl delete --cascade=orphan`: the garbage collector keeps the dependents; so do we.
     if (as.metadata.finalizers?.includes("orphan")) {
       logger.info("Deleted with propagationPolicy Orphan; leaving Pods and Service in place");
       return Reconcile.done;
     }
-    const pdb = deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
-    const left = await act.cleanup(t, pdb);
+    const pdb = this.#deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
+    const left = await this.#act.cleanup(t, pdb);
     if (left.failures.length === 0 && left.pods.length === 0 && !left.service) {
       logger.info("Cleanup complete; removing the finalizer");
       return Reconcile.done;
     }
-    const { status, message } = cleanupStatus(as, left.pods, left.service, left.failures, now());
+    const { status, message } = cleanupStatus(
+      as,
+      left.pods,
+      left.service,
+      left.failures,
+      this.#now(),
+    );
     try {
-      await writeStatus(t.key, as, status, signal);
+      await this.#writeStatus(t.key, as, status, signal);
     } catch (err) {
       rethrowIfAbortive(err);
       // A 409: computed from an older version; not written, retried below like the rest.
@@ -264,7 +333,7 @@ export function appServiceReconciler(
       }
     }
     if (left.failures.length > 0) {
-      events.record(as, {
+      this.#deps.events.record(as, {
         type: "Warning",
         reason: "CleanupFailed",
         action: "Delete",
@@ -277,17 +346,18 @@ export function appServiceReconciler(
     return Reconcile.backoff();
   }
 
-  /** Plan → act → status for a living AppService that carries the finalizer. */
-  async function apply(t: Turn): Promise<ReconcileResult> {
-    const { key, as, ctx } = t;
+  /** The plan of a living AppService, after adopting orphans and putting lost labels back. */
+  async #plan(t: Turn): Promise<{ p: ReconcilePlan; owned: Pod[]; failedPods: FailedPod[] }> {
+    const { key, as } = t;
+    const deps = this.#deps;
     const owned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
     // Ownership first (client-go ControllerRefManager): orphans of this name with this
     // operator's labels (left by --cascade=orphan) are adopted; lost labels are put back.
     const orphans = adoptablePods(as, deps.pods.byIndex(ORPHAN_INDEX, key));
-    if (orphans.length > 0 && await act.canAdopt(t)) owned.push(...await act.adoptPods(t, orphans));
-    for (const p of podsToRelabel(as, owned)) await act.restoreLabels(t, p);
-
-    // Plan.
+    if (orphans.length > 0 && await this.#act.canAdopt(t)) {
+      owned.push(...await this.#act.adoptPods(t, orphans));
+    }
+    for (const pod of podsToRelabel(as, owned)) await this.#act.restoreLabels(t, pod);
     const generation = as.metadata.generation ?? 0;
     /** Failed Pods of the current spec: replaced when due (replacements.ts), reported meanwhile. */
     const failureOf = new Map<Pod, PodFailure>();
@@ -297,33 +367,40 @@ export function appServiceReconciler(
       service: deps.services.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0],
       pdb: deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0],
       pdbs: deps.pdbs !== undefined,
-      nowMs: now(),
+      nowMs: this.#now(),
       failureDue: (pod, slot) => {
         const hash = pod.metadata?.annotations?.[SPEC_HASH_ANNOTATION] ?? "";
-        const f = replacements.failed(key, slot, pod.metadata?.uid ?? "", hash);
+        const f = this.#replacements.failed(key, slot, pod.metadata?.uid ?? "", hash);
         failureOf.set(pod, f);
         return f.dueMs;
       },
-      preferSlots: replacements.slots(key),
-      createHeld: rejected.held(key, generation, "pod-create"),
-      serviceHeld: rejected.held(key, generation, "service"),
+      preferSlots: this.#replacements.slots(key),
+      createHeld: this.#rejected.held(key, generation, "pod-create"),
+      serviceHeld: this.#rejected.held(key, generation, "service"),
     });
-    const failedPods: FailedPod[] = [...p.rollout.failedDue, ...p.rollout.held].map((h) => ({
+    const failedPods = [...p.rollout.failedDue, ...p.rollout.held].map((h) => ({
       pod: h.pod,
       failure: failureOf.get(h.pod)!,
     }));
+    return { p, owned, failedPods };
+  }
+
+  /** Plan → act → status for a living AppService that carries the finalizer. */
+  async #apply(t: Turn): Promise<ReconcileResult> {
+    const { key, as, ctx } = t;
+    const { p, owned, failedPods } = await this.#plan(t);
 
     // Act: creates first (surge), then deletes, the Service, the PodDisruptionBudget.
-    const made = await act.createPods(t, p);
-    if (!made) return Reconcile.done; // the namespace is being deleted (S21)
-    const deleted = await act.deletePods(t, p, owned, made);
+    const made = await this.#act.createPods(t, p);
+    if (!made) return Reconcile.done; // the namespace is being deleted (docs/scenarios.md S21)
+    const deleted = await this.#act.deletePods(t, p, owned, made);
     if (deleted === "gone" || deleted === "closed") return Reconcile.done;
     if (deleted === "stale") return Reconcile.backoff();
-    await act.service(t, p.service);
-    await act.pdb(t, p.pdb);
+    await this.#act.service(t, p.service);
+    await this.#act.pdb(t, p.pdb);
 
     // Status, once, from the cache's view before this round's writes (their watch events follow).
-    const nowMs = now();
+    const nowMs = this.#now();
     const report = reconcileStatus({
       as,
       owned,
@@ -334,12 +411,17 @@ export function appServiceReconciler(
       failedPods,
       nowMs,
     });
-    const stuck = newCauses(report.ofSlots, seenCauses.get(key), as.status?.podStatuses, nowMs);
+    const stuck = newCauses(
+      report.ofSlots,
+      this.#seenCauses.get(key),
+      as.status?.podStatuses,
+      nowMs,
+    );
     let statusOutdated = false;
     /** When a status change held back (only counters and messages changed) is due (ms). */
     let statusDueAtMs: number | undefined;
     try {
-      statusDueAtMs = await writeStatus(key, as, report.status, ctx.signal);
+      statusDueAtMs = await this.#writeStatus(key, as, report.status, ctx.signal);
     } catch (err) {
       if (isNotFound(err)) return Reconcile.done;
       if (!isConflict(err)) throw err;
@@ -351,35 +433,12 @@ export function appServiceReconciler(
       });
     }
     if (!statusOutdated) {
-      seenCauses.set(key, stuck.signatures);
-      const wasExceeded = as.status?.conditions?.some((x) =>
-        x.type === "Progressing" && x.reason === REASON_PROGRESS_DEADLINE_EXCEEDED
-      );
-      if (report.progressing.reason === REASON_PROGRESS_DEADLINE_EXCEEDED && !wasExceeded) {
-        ctx.logger.warn("The rollout made no progress within its deadline", {
-          specHash: p.hash,
-          progressDeadlineSeconds: p.params.progressDeadlineSeconds,
-        });
-        events.record(as, {
-          type: "Warning",
-          reason: REASON_PROGRESS_DEADLINE_EXCEEDED,
-          action: "Rollout",
-          note: report.progressing.message,
-        });
-      }
-      for (const { pod, cause } of stuck.occurrences) {
-        events.record(as, {
-          type: "Warning",
-          reason: conditionReason(cause.reason),
-          action: STUCK_POD_ACTION,
-          note: `${pod.metadata?.name}: ${cause.message || cause.reason}`,
-          related: { apiVersion: "v1", kind: "Pod", metadata: pod.metadata },
-        });
-      }
+      this.#seenCauses.set(key, stuck.signatures);
+      this.#recordProgress(t, p, report.progressing, stuck.occurrences);
     }
     for (const f of t.failures) {
       if (f.held) continue; // reported when it was refused
-      events.record(as, {
+      this.#deps.events.record(as, {
         type: "Warning",
         reason: f.reason,
         action: "Reconcile",
@@ -390,11 +449,11 @@ export function appServiceReconciler(
     // What next.
     const next = nextStep({
       failures: t.failures,
-      rejectedDelayMs: t.failures.length > 0 ? rejected.nextDelayMs(key) : undefined,
+      rejectedDelayMs: t.failures.length > 0 ? this.#rejected.nextDelayMs(key) : undefined,
       wakeAtMs: report.wakeAtMs,
       statusDueAtMs,
       statusOutdated,
-      nowMs: now(),
+      nowMs: this.#now(),
     });
     if ("fail" in next) throw new ReportedError(next.fail);
     if (next.slowRetry && next.result.kind === "after") {
@@ -406,43 +465,41 @@ export function appServiceReconciler(
     return next.result;
   }
 
-  return async function reconcile(key, ctx): Promise<ReconcileResult> {
-    /** When this reconcile started (ms): its writes' attempts start after it. */
-    const startedMs = now();
-    const cached = deps.appServices.get(key);
-    const as = cached && written.newest(key, cached);
-    if (!as) {
-      written.forget(key);
-      seenCauses.delete(key);
-      rejected.forget(key);
-      replacements.forget(key);
-      return Reconcile.done;
+  /**
+   * The Events of a written status: the progress deadline passed (once, when the condition turns
+   * to it), and each stuck Pod's new cause (docs/scenarios.md S18).
+   */
+  #recordProgress(
+    t: Turn,
+    p: ReconcilePlan,
+    progressing: ConditionInput,
+    occurrences: { pod: Pod; cause: PodCause }[],
+  ): void {
+    const { as, ctx } = t;
+    const events = this.#deps.events;
+    const wasExceeded = as.status?.conditions?.some((x) =>
+      x.type === "Progressing" && x.reason === REASON_PROGRESS_DEADLINE_EXCEEDED
+    );
+    if (progressing.reason === REASON_PROGRESS_DEADLINE_EXCEEDED && !wasExceeded) {
+      ctx.logger.warn("The rollout made no progress within its deadline", {
+        specHash: p.hash,
+        progressDeadlineSeconds: p.params.progressDeadlineSeconds,
+      });
+      events.record(as, {
+        type: "Warning",
+        reason: REASON_PROGRESS_DEADLINE_EXCEEDED,
+        action: "Rollout",
+        note: progressing.message,
+      });
     }
-    if (as.metadata.deletionTimestamp) {
-      rejected.forget(key);
-      replacements.forget(key);
-      seenCauses.delete(key);
-    } else if (deps.terminating?.has(as.metadata.namespace!, as.metadata.uid)) {
-      // Its namespace is being deleted: nothing can be created; its own deletion will follow.
-      ctx.logger.debug("Namespace is being deleted; creating nothing");
-      return Reconcile.done;
+    for (const { pod, cause } of occurrences) {
+      events.record(as, {
+        type: "Warning",
+        reason: conditionReason(cause.reason),
+        action: STUCK_POD_ACTION,
+        note: `${pod.metadata?.name}: ${cause.message || cause.reason}`,
+        related: { apiVersion: "v1", kind: "Pod", metadata: pod.metadata },
+      });
     }
-    const t = act.turn(key, as, ctx, startedMs);
-    return await finalizer(as, {
-      client,
-      resource: APPSERVICES,
-      name: FINALIZER,
-      fieldManager: FIELD_MANAGER,
-      signal: ctx.signal,
-      onAdded: (before, after) => {
-        written.note(key, before, after);
-        act.knowLive(t, after);
-        ctx.logger.debug("Added finalizer");
-      },
-    }, (event) => {
-      if (event.type === "cleanup") return cleanup(t);
-      t.as = event.obj;
-      return apply(t);
-    });
-  };
+  }
 }

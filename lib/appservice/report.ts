@@ -222,7 +222,8 @@ export function reconcileStatus(i: StatusInput): StatusReport {
   );
   const minAvailable = replicas - params.maxUnavailable;
   const progress = rolloutProgress(as, st, params, nowMs);
-  /** Pods of the slots (not being deleted) that will not become Ready by themselves (S24). */
+  // Pods of the slots, not being deleted, that will not become Ready by themselves
+  // (docs/scenarios.md S24).
   const stuckNow = stuckPods(counted, nowMs).filter((s) => s.cause.reason !== "Completed");
   const progressing: ConditionInput = converged && st.ready
     ? {

@@ -56,7 +56,8 @@ export function hasFinalizer(obj: KubeObject, name: string): boolean {
 /**
  * Runs `reconcile` for `obj` under the finalizer `o.name` (see the module doc).
  * @returns what `reconcile` resolved, or `done` after the finalizer was removed
- * @throws what the patches or `reconcile` throw (a failed `test`, 422, or a 409: the object changed meanwhile)
+ * @throws what the patches or `reconcile` throw (a failed `test`, 422, or a 409: the object
+ *   changed meanwhile)
  */
 export async function finalizer<T extends KubeObject>(
   obj: T,
