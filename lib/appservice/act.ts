@@ -1,7 +1,7 @@
 /**
- * The act step of the AppService reconciler: performs what plan.ts decided, through the API, and
- * collects what failed for the status. reconcile.ts runs plan → act → status
- * (docs/design/reconciler.md); the rules each write follows are in reconcile.ts's module doc.
+ * The act step of the AppService reconciler for its Pods (act_owned.ts: Service, budget, cleanup):
+ * performs what plan.ts decided, through the API, and collects what failed for the status
+ * (docs/design/reconciler.md; the rules of each write: reconcile.ts's module doc).
  *
  * What only the API can tell is decided here, at the write:
  * - **AlreadyExists** on a Pod create: a stale cache (its watch event will come), ours out of the
@@ -11,8 +11,6 @@
  * - **Live-spec guard**: a Pod goes only when a read from the API shows the cached spec is the
  *   live one (uid and generation), and an available one only when a plan of the Pods listed from
  *   the API agrees.
- * - **Service found through the API**: adopted (an orphan of ours), a conflict (someone else's), or
- *   converged.
  *
  * A {@link Turn} holds one reconcile's state: the AppService read, its failures, and the one live
  * read of the AppService a reconcile makes at most ({@link Actor.live}).
@@ -39,12 +37,8 @@ import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import { APPSERVICES } from "./api.ts";
 import {
   agreedDeletes,
-  type PdbStep,
   REASON_POD_CREATE_REJECTED,
-  REASON_SERVICE_REJECTED,
   type ReconcilePlan,
-  type ServiceStep,
-  serviceWrite,
   templateProven,
 } from "./plan.ts";
 import {
@@ -52,7 +46,6 @@ import {
   hasSelectorLabels,
   MANAGED_BY,
   MANAGED_SELECTOR,
-  orphanKeys,
   ownerRef,
   selectorLabels,
 } from "./pods.ts";
@@ -118,9 +111,6 @@ export type DeleteOutcome =
   /** The namespace is being deleted (docs/scenarios.md S21): end the reconcile. */
   | "closed";
 
-/** A Service of the wanted name exists and belongs to someone else. */
-class ServiceConflict extends Error {}
-
 /** Performs the plan's actions (see the module doc). One per reconciler. */
 export class Actor {
   #d: ActDeps;
@@ -128,6 +118,11 @@ export class Actor {
   /** @param deps see {@link ActDeps} */
   constructor(deps: ActDeps) {
     this.#d = deps;
+  }
+
+  /** What it writes through. */
+  get deps(): ActDeps {
+    return this.#d;
   }
 
   /** A new turn for one reconcile of `as`. */
@@ -171,7 +166,7 @@ export class Actor {
    * and when the next attempt goes (fixed at refusal time, so held reconciles report the same
    * text and write no status).
    */
-  #refusal(t: Turn, write: string, reason: string, what: string, err: unknown): Failure {
+  refusal(t: Turn, write: string, reason: string, what: string, err: unknown): Failure {
     const r = this.#d.rejected.refused(
       t.key,
       t.as.metadata.generation ?? 0,
@@ -190,7 +185,7 @@ export class Actor {
   }
 
   /** The failure to report for a write held back by an earlier refusal. */
-  #held(reason: string, r: Refusal): Failure {
+  held(reason: string, r: Refusal): Failure {
     return { reason, message: r.message, rejected: true, held: true };
   }
 
@@ -304,7 +299,7 @@ export class Actor {
     let created = 0;
     let refused = false;
     if (p.createHeld && p.rollout.create.length > 0) {
-      t.failures.push(this.#held(REASON_POD_CREATE_REJECTED, p.createHeld));
+      t.failures.push(this.held(REASON_POD_CREATE_REJECTED, p.createHeld));
     }
     for (const slot of p.create) {
       const pod = desiredPod(as, slot, p.hash);
@@ -340,7 +335,7 @@ export class Actor {
         if (isWriteRejection(err)) {
           // The other slots would be refused alike: one attempt per retry.
           t.failures.push(
-            this.#refusal(
+            this.refusal(
               t,
               "pod-create",
               REASON_POD_CREATE_REJECTED,
@@ -413,7 +408,7 @@ export class Actor {
       const what = "the new Pod template (dry run), keeping the Pods that serve:";
       t.failures.push(
         isWriteRejection(err)
-          ? this.#refusal(t, "pod-create", REASON_POD_CREATE_REJECTED, what, err)
+          ? this.refusal(t, "pod-create", REASON_POD_CREATE_REJECTED, what, err)
           : { reason: "FailedCreatePod", message: `${what} ${errorText(err)}` },
       );
       return false;
@@ -502,198 +497,5 @@ export class Actor {
       });
     }
     return keep;
-  }
-
-  /**
-   * Performs the Service step: created with server-side apply, converged with a merge patch
-   * (service.ts), adopted when an orphan of ours, deleted when no longer wanted. A Service of the
-   * name that is someone else's is never taken over (it would reroute its traffic and go with the
-   * AppService): `ServiceNameConflict`.
-   */
-  async service(t: Turn, step: ServiceStep): Promise<void> {
-    const { as, ctx, key } = t;
-    const { client, events, rejected } = this.#d;
-    const name = as.metadata.name!;
-    const ns = as.metadata.namespace!;
-    const signal = ctx.signal;
-    if (step.kind === "none") return;
-    if (step.kind === "current") {
-      rejected.succeeded(key, "service");
-      return;
-    }
-    if (step.kind === "held") {
-      t.failures.push(this.#held(REASON_SERVICE_REJECTED, step.refusal));
-      return;
-    }
-    try {
-      if (step.kind === "delete") {
-        await this.deleteIgnoringNotFound("Service", step.live, signal);
-        ctx.logger.info("Deleted Service", { service: name });
-        events.record(as, {
-          type: "Normal",
-          reason: "ServiceDeleted",
-          action: "Delete",
-          note: `Deleted Service ${name} (no ports declared)`,
-        });
-        return;
-      }
-      let live: Service | undefined = step.kind === "converge" ? step.live : undefined;
-      let adopt = false;
-      if (step.kind === "find") {
-        // Not in our cache: it may still exist, made by someone else.
-        live = await client.get<Service>(SERVICES, name, { namespace: ns, signal })
-          .catch((err) => {
-            if (isNotFound(err)) return undefined;
-            throw err;
-          });
-        if (live && !live.metadata?.ownerReferences?.some((r) => r.uid === as.metadata.uid)) {
-          // An orphan with this operator's labels for this name (--cascade=orphan) is adopted.
-          adopt = orphanKeys(live).includes(key) && await this.canAdopt(t);
-          if (!adopt) {
-            throw new ServiceConflict(`Service ${name} exists and is not owned by this AppService`);
-          }
-        }
-      }
-      const write = serviceWrite(as, live, step.want, adopt);
-      if (write.kind !== "none") {
-        await client.patch<Service>(
-          SERVICES,
-          name,
-          write.body,
-          write.kind === "merge"
-            ? { namespace: ns, type: "merge", fieldManager: FIELD_MANAGER, signal }
-            : { namespace: ns, type: "apply", fieldManager: FIELD_MANAGER, force: true, signal },
-        );
-        const [verb, reason, action] = !live
-          ? ["Created", "ServiceCreated", "Create"]
-          : adopt
-          ? ["Adopted", "ServiceAdopted", "Adopt"]
-          : ["Updated", "ServiceUpdated", "Update"];
-        ctx.logger.info(`${verb} Service`, { service: name });
-        events.record(as, { type: "Normal", reason, action, note: `${verb} Service ${name}` });
-      }
-      rejected.succeeded(key, "service");
-    } catch (err) {
-      rethrowIfAbortive(err);
-      if (err instanceof ServiceConflict) {
-        t.failures.push({ reason: "ServiceNameConflict", message: err.message });
-      } else if (this.namespaceClosed(as, err)) {
-        // Its namespace is being deleted (docs/scenarios.md S21): not a failure; nothing more is
-        // created there.
-      } else if (step.kind !== "delete" && isWriteRejection(err)) {
-        t.failures.push(
-          this.#refusal(t, "service", REASON_SERVICE_REJECTED, `Service ${name}`, err),
-        );
-      } else {
-        t.failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
-      }
-    }
-  }
-
-  /** Performs the PodDisruptionBudget step: server-side apply, or delete. */
-  async pdb(t: Turn, step: PdbStep): Promise<void> {
-    if (step.kind === "none") return;
-    const { as, ctx } = t;
-    const { events } = this.#d;
-    const name = as.metadata.name!;
-    try {
-      if (step.kind === "apply") {
-        const { want, live } = step;
-        await this.#d.client.patch(PODDISRUPTIONBUDGETS, name, want, {
-          namespace: as.metadata.namespace,
-          type: "apply",
-          fieldManager: FIELD_MANAGER,
-          force: true,
-          signal: ctx.signal,
-        });
-        const verb = live ? "Updated" : "Created";
-        ctx.logger.info(`${verb} PodDisruptionBudget`, {
-          maxUnavailable: String(want.spec?.maxUnavailable),
-        });
-        events.record(as, {
-          type: "Normal",
-          reason: `PodDisruptionBudget${verb}`,
-          action: live ? "Update" : "Create",
-          note: `${verb} PodDisruptionBudget ${name} (maxUnavailable ${want.spec?.maxUnavailable})`,
-        });
-      } else {
-        await this.deleteIgnoringNotFound("PodDisruptionBudget", step.live, ctx.signal);
-        ctx.logger.info("Deleted PodDisruptionBudget");
-        events.record(as, {
-          type: "Normal",
-          reason: "PodDisruptionBudgetDeleted",
-          action: "Delete",
-          note: `Deleted PodDisruptionBudget ${name}`,
-        });
-      }
-    } catch (err) {
-      rethrowIfAbortive(err);
-      if (!this.namespaceClosed(as, err)) {
-        t.failures.push({
-          reason: "FailedPodDisruptionBudget",
-          message: `PodDisruptionBudget ${name}: ${errorText(err)}`,
-        });
-      }
-    }
-  }
-
-  /**
-   * The cleanup of a deleted AppService: deletes its owned Pods, Service and PodDisruptionBudget,
-   * found through the API (not the cache: the finalizer goes only when they are really gone;
-   * owned objects are found by owner uid, the name may not be a valid label value).
-   * @param pdb its owned PodDisruptionBudget as cached, if any (the garbage collector would
-   *   remove it after the AppService; this removes it with the Pods it protects)
-   * @returns the owned Pods listed (being deleted or not), whether the Service is still there, and
-   *   the deletes that failed, as texts
-   */
-  async cleanup(
-    t: Turn,
-    pdb: PodDisruptionBudget | undefined,
-  ): Promise<{ pods: Pod[]; service: boolean; failures: string[] }> {
-    const { as, ctx } = t;
-    const { signal, logger } = ctx;
-    const ns = as.metadata.namespace!;
-    const uid = as.metadata.uid!;
-    const ownedByUs = (o: Pod | Service) =>
-      o.metadata?.ownerReferences?.some((r) => r.controller && r.uid === uid) ?? false;
-    const listed = await this.#d.client.listAll<Pod>(PODS, {
-      namespace: ns,
-      labelSelector: MANAGED_SELECTOR,
-      signal,
-    });
-    const pods = listed.items.filter(ownedByUs);
-    let svc: Service | undefined;
-    try {
-      const s = await this.#d.client.get<Service>(SERVICES, as.metadata.name!, {
-        namespace: ns,
-        signal,
-      });
-      if (ownedByUs(s)) svc = s;
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
-    const failures: string[] = [];
-    const remove = async (
-      kind: "Pod" | "Service" | "PodDisruptionBudget",
-      obj: Pod | Service | PodDisruptionBudget,
-    ) => {
-      try {
-        await this.deleteIgnoringNotFound(kind, obj, signal);
-        return true;
-      } catch (err) {
-        rethrowIfAbortive(err);
-        failures.push(`${kind} ${obj.metadata?.name}: ${errorText(err)}`);
-        return false;
-      }
-    };
-    for (const p of pods) {
-      if (p.metadata?.deletionTimestamp) continue;
-      if (await remove("Pod", p)) logger.info("Deleted Pod for cleanup", { pod: p.metadata?.name });
-    }
-    if (svc && !svc.metadata?.deletionTimestamp && await remove("Service", svc)) {
-      logger.info("Deleted Service for cleanup", { service: svc.metadata?.name });
-    }
-    if (pdb && !pdb.metadata?.deletionTimestamp) await remove("PodDisruptionBudget", pdb);
-    return { pods, service: svc !== undefined, failures };
   }
 }

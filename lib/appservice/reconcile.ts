@@ -97,11 +97,13 @@ import { errorText } from "../runtime/log.ts";
 import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import { CONTROLLER_UID_INDEX, type Store } from "../runtime/store.ts";
 import { Actor, FIELD_MANAGER, rethrowIfAbortive, type Turn } from "./act.ts";
+import { cleanupOwned, pdbStep, serviceStep } from "./act_owned.ts";
 import { APPSERVICES, FINALIZER } from "./api.ts";
 import { adoptablePods, nextStep, plan, podsToRelabel, type ReconcilePlan } from "./plan.ts";
 import { ORPHAN_INDEX, orphanKeys, SPEC_HASH_ANNOTATION } from "./pods.ts";
 import { RejectedWrites } from "./rejections.ts";
 import { type PodFailure, PodReplacements } from "./replacements.ts";
+import { WrittenVersions } from "./written.ts";
 import { cleanupStatus, type FailedPod, reconcileStatus } from "./report.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import {
@@ -146,50 +148,6 @@ export const STUCK_POD_ACTION = "WaitForPodReady";
 
 /** An error already reported through status and an Event; the controller only retries it. */
 class ReportedError extends Error {}
-
-/**
- * The AppServices this reconciler wrote, by key, until the cache shows the write
- * (docs/scenarios.md S24): the object the apiserver answered and the resourceVersions it replaced.
- * While the cache still holds one of those, a reconcile starts from the answered object instead,
- * so its status write is not computed from a replaced version (which the apiserver answers with
- * 409 Conflict).
- */
-class WrittenVersions {
-  #m = new Map<string, { obj: AppService; replaced: Set<string> }>();
-
-  /**
-   * The newest known version of the cached `cached`: the object this reconciler wrote over it, if
-   * the cache still holds a version that write replaced; else `cached` (the cache has caught up,
-   * or moved on by another writer's change) and the record is dropped.
-   */
-  newest(key: string, cached: AppService): AppService {
-    const w = this.#m.get(key);
-    if (!w) return cached;
-    if (
-      w.obj.metadata.uid === cached.metadata.uid &&
-      w.replaced.has(cached.metadata.resourceVersion ?? "")
-    ) {
-      return w.obj;
-    }
-    this.#m.delete(key);
-    return cached;
-  }
-
-  /** Notes that `obj` (the apiserver's answer) replaced `from`. */
-  note(key: string, from: AppService, obj: AppService): void {
-    const w = this.#m.get(key);
-    const replaced = w && w.obj === from ? w.replaced : new Set<string>();
-    replaced.add(from.metadata.resourceVersion ?? "");
-    // Bounded: a cache that lags by more versions than this is not waited for.
-    if (replaced.size > 64) replaced.delete(replaced.values().next().value!);
-    this.#m.set(key, { obj, replaced });
-  }
-
-  /** Forgets the key. */
-  forget(key: string): void {
-    this.#m.delete(key);
-  }
-}
 
 /** Builds the reconcile function for the controller (see the module doc). */
 export function appServiceReconciler(
@@ -311,7 +269,7 @@ class AppServiceReconciler {
       return Reconcile.done;
     }
     const pdb = this.#deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
-    const left = await this.#act.cleanup(t, pdb);
+    const left = await cleanupOwned(this.#act, t, pdb);
     if (left.failures.length === 0 && left.pods.length === 0 && !left.service) {
       logger.info("Cleanup complete; removing the finalizer");
       return Reconcile.done;
@@ -396,8 +354,8 @@ class AppServiceReconciler {
     const deleted = await this.#act.deletePods(t, p, owned, made);
     if (deleted === "gone" || deleted === "closed") return Reconcile.done;
     if (deleted === "stale") return Reconcile.backoff();
-    await this.#act.service(t, p.service);
-    await this.#act.pdb(t, p.pdb);
+    await serviceStep(this.#act, t, p.service);
+    await pdbStep(this.#act, t, p.pdb);
 
     // Status, once, from the cache's view before this round's writes (their watch events follow).
     const nowMs = this.#now();
