@@ -11,7 +11,12 @@
  */
 import type { Namespace, ResourceQuota } from "kubernetes-types/core/v1.d.ts";
 import { isNotFound, NAMESPACES, type ResourceType } from "../../lib/kube/mod.ts";
-import type { Manager, ReconcileContext } from "../../lib/runtime/mod.ts";
+import {
+  type Manager,
+  Reconcile,
+  type ReconcileContext,
+  type ReconcileResult,
+} from "../../lib/runtime/mod.ts";
 
 /** Namespaces with this label get a quota. */
 export const LABEL = "quota.example.com/default";
@@ -60,27 +65,28 @@ export function addNamespaceQuotaController(manager: Manager): void {
   });
   const client = manager.client;
 
-  async function reconcile(name: string, ctx: ReconcileContext): Promise<void> {
+  async function reconcile(name: string, ctx: ReconcileContext): Promise<ReconcileResult> {
     const ns = namespaces.store.get(name);
     const have = quotas.store.get(`${name}/${QUOTA_NAME}`);
     if (!ns) {
       // Not in the cache: the label was removed (or the Namespace is gone). Remove our quota.
-      if (!have) return;
+      if (!have) return Reconcile.done;
       try {
         await client.delete(RESOURCE_QUOTAS, QUOTA_NAME, { namespace: name, signal: ctx.signal });
         ctx.logger.info("Quota removed");
       } catch (err) {
         if (!isNotFound(err)) throw err;
       }
-      return;
+      return Reconcile.done;
     }
-    if (ns.metadata?.deletionTimestamp) return; // the namespace controller empties it
+    // The namespace controller empties it.
+    if (ns.metadata?.deletionTimestamp) return Reconcile.done;
     const want = desiredQuota(ns);
     const hard = want.spec!.hard!;
     const got = have?.spec?.hard ?? {};
     const same = Object.keys(got).length === Object.keys(hard).length &&
       Object.entries(hard).every(([k, v]) => got[k] === v);
-    if (have && same) return;
+    if (have && same) return Reconcile.done;
     // Server-side apply: creates it, or takes the fields back from whoever changed them.
     await client.patch(RESOURCE_QUOTAS, QUOTA_NAME, want, {
       namespace: name,
@@ -90,6 +96,7 @@ export function addNamespaceQuotaController(manager: Manager): void {
       signal: ctx.signal,
     });
     ctx.logger.info(have ? "Quota restored" : "Quota created", { hard });
+    return Reconcile.done;
   }
 
   manager.add({

@@ -1,7 +1,8 @@
 /**
  * The AppService controller's wiring, in one place next to its reconciler (as controller-runtime's
  * `SetupWithManager` and kube-rs's `Controller::new(...).owns(...)` keep it): the primary
- * AppServices, the Pods, Services and PodDisruptionBudgets it owns (only those labelled as managed by this operator, so
+ * AppServices, the Pods, Services and PodDisruptionBudgets it owns (only those labelled as managed
+ * by this operator, so
  * the caches hold nothing else), the predicates and the reconciler.
  *
  * Enqueued: an AppService added, or updated in its spec (generation), its deletionTimestamp or
@@ -49,7 +50,8 @@ export const REPORTING_CONTROLLER = `${GROUP}/appservice-operator`;
 /**
  * The cache transform of owned Pods (controller-runtime's cache `TransformFunc`): replaces `spec`,
  * in place, by one that holds only the two fields the status reads, `nodeName` (who has to
- * confirm a deletion, `stuckTerminating` in status.ts) and `restartPolicy` (whether a completed Pod comes
+ * confirm a deletion, `stuckTerminating` in status.ts) and `restartPolicy` (whether a completed
+ * Pod comes
  * back), and returns the Pod. Everything else the reconciler and its status read is metadata and
  * status, which stay; see the module doc. Idempotent. (A tested rule: tests/unit/pod_cache_test.ts
  * runs every status function over a full and a transformed Pod in each state.)
@@ -91,7 +93,8 @@ export function addAppServiceController(manager: Manager): Controller {
   const pdbs = manager.informer<PodDisruptionBudget>(PODDISRUPTIONBUDGETS, {
     labelSelector: MANAGED_SELECTOR,
   });
-  // Namespaces being deleted (S21): every AppService cached there is held back at once, Events
+  // Namespaces being deleted (docs/scenarios.md S21): every AppService cached there is held back
+  // at once, Events
   // included; an entry goes with the AppService's removal from the cache.
   const terminating = new TerminatingNamespaces((ns) =>
     appServices.store.list().filter((a) => a.metadata?.namespace === ns).map((a) =>
@@ -102,7 +105,8 @@ export function addAppServiceController(manager: Manager): Controller {
     delete: (obj) => terminating.forget(obj.metadata?.namespace, obj.metadata?.uid),
   });
   const events = manager.eventRecorder(REPORTING_CONTROLLER, { terminating });
-  // ResourceQuotas (S24): a change releases the creates a quota refused in its namespace, and
+  // ResourceQuotas (docs/scenarios.md S24): a change releases the creates a quota refused in its
+  // namespace, and
   // requeues their AppServices, instead of waiting for the slow retry (rejections.ts).
   const quotas = manager.informer<KubeObject>(RESOURCE_QUOTAS, { transform: quotaOnly });
   const rejected = new RejectedWrites();

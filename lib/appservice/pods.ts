@@ -1,6 +1,7 @@
 /**
  * The Pods an AppService wants: names `<name>-<slot>`, the standard labels, a controller
- * ownerReference, and a spec-hash annotation of the Pod template that tells drift (S8) without
+ * ownerReference, and a spec-hash annotation of the Pod template that tells drift
+ * (docs/scenarios.md S8) without
  * comparing defaulted Pod specs field by field.
  *
  * Why slots and not generated suffixes: a name is its own create-once guard. There are

@@ -1,11 +1,13 @@
 /**
- * Slow retries of writes the apiserver refused (S19 at write time). A Pod create or Service write
+ * Slow retries of writes the apiserver refused (docs/scenarios.md S19 at write time). A Pod create
+ * or Service write
  * that a ValidatingAdmissionPolicy, a webhook, a ResourceQuota or the API's own validation refuses
  * will be refused again by the same request; retrying it with the work queue's error backoff
  * (5 ms doubling, about 14 attempts in the first minute) only floods the apiserver and the audit
  * log. Such a write is instead tried again after {@link REJECTED_WRITE_FIRST_RETRY_MS}, doubling
  * up to {@link REJECTED_WRITE_MAX_RETRY_MS}: attempts at 0, 5, 15, 35 and 75 s (4 in the first
- * minute), then as the work queue's per-key backoff grows (client-go's DefaultControllerRateLimiter:
+ * minute), then as the work queue's per-key backoff grows (client-go's
+ * DefaultControllerRateLimiter:
  * ×2 per failure up to 1,000 s), without its first sub-5-s steps, which are meant for transient
  * faults.
  *
@@ -17,7 +19,8 @@
  *
  * What refused a write may change by itself: a ResourceQuota raised, an admission policy changed.
  * Where that is a Kubernetes object the operator can watch, a change of it releases the held
- * writes it refused (S24): a create refused by a ResourceQuota ({@link isQuotaRefusal}) is
+ * writes it refused (docs/scenarios.md S24): a create refused by a ResourceQuota ({@link
+ * isQuotaRefusal}) is
  * released, and its AppService requeued, when a ResourceQuota of its namespace changes
  * ({@link RejectedWrites.releaseQuota}, wired in controller.ts), so a quota raised right after a
  * refusal is acted on within the informer's latency instead of at the next slow retry.

@@ -3,7 +3,7 @@
  * `restartPolicy: Always`) when the kubelet will not restart its container: `restartPolicy: Never`
  * and an app that exits with an error, an eviction, a Node shutdown. The reconciler replaces such a
  * Pod; without a delay an app that fails at start made it delete and re-create the Pod as fast as
- * the kubelet failed it (189 Pods in 45 s on the local control plane, each with two Events).
+ * the kubelet failed it (figures in docs/design/reconciler.md).
  *
  * As the kubelet backs off restarting a crashing container (CrashLoopBackOff), a Pod of the same
  * ordinal that fails again is replaced after {@link POD_REPLACE_BACKOFF_INITIAL_MS}, doubling up to

@@ -3,7 +3,8 @@
  * with one port per container port (named ports keep their name; the Service port equals the
  * container port). Present while `spec.ports` is non-empty; deleted when it empties.
  *
- * Ownership (S20): the AppService is the only source of truth for the Service it controls. The
+ * Ownership (docs/scenarios.md S20): the AppService is the only source of truth for the Service it
+ * controls. The
  * Service is created with server-side apply; when it differs from the AppService — because the
  * spec changed, or because another writer (server-side or client-side apply, a PUT, a patch) holds
  * fields there — one JSON merge patch ({@link servicePatch}) sets the port list, the selector and
@@ -83,7 +84,8 @@ function portKey(p: ServicePort): string {
  * Whether the live Service already is what the AppService says. The AppService is the only
  * source of truth for what it controls — the port list (exactly: a port another writer added, or
  * an extra `appProtocol`/`nodePort`, is a difference), the selector (exactly) and the type — and
- * for the labels it relies on (`managed-by`, `instance`: their values). What else is on the Service is left as others
+ * for the labels it relies on (`managed-by`, `instance`: their values). What else is on the
+ * Service is left as others
  * set it: their labels and annotations, and server-defaulted or user-set fields such as
  * `clusterIP`, `sessionAffinity` or `internalTrafficPolicy`. Port order does not matter.
  */
@@ -120,7 +122,8 @@ const TYPE_SPECIFIC_FIELDS = [
 /**
  * The JSON merge patch (RFC 7386) that makes `live` what `want` says, whoever owns which field:
  * it replaces the port list as a whole (a merge patch replaces lists; server-side apply would keep
- * entries another field manager owns and merge them with ours into an invalid list, S20), sets the
+ * entries another field manager owns and merge them with ours into an invalid list,
+ * docs/scenarios.md S20), sets the
  * selector exactly (keys others added are removed) and the type, and sets the operator's labels
  * and annotation, leaving other labels and annotations alone.
  */

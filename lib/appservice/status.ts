@@ -1,6 +1,7 @@
 /**
  * AppService status: computed from the owned Pods, compared with what is stored, and written
- * through the status subresource only when its content changed (S9: an AppService at rest causes
+ * through the status subresource only when its content changed (docs/scenarios.md S9: an
+ * AppService at rest causes
  * no writes; `lastReconciliation` changes only together with a real change, and a status write
  * does not change `metadata.generation`, so it never triggers a reconcile of its own).
  *
@@ -8,9 +9,11 @@
  * `Degraded`, each with reason, message and observedGeneration; `lastTransitionTime` moves only
  * when `status` flips.
  *
- * Why a Pod is stuck (S18): each `podStatuses` entry carries its containers' state as core/v1
+ * Why a Pod is stuck (docs/scenarios.md S18): each `podStatuses` entry carries its containers'
+ * state as core/v1
  * ContainerStatus reports it (waiting reason and message, terminated reason and exit code, the last
- * termination, restart count), and, while the Pod cannot become Ready, the cause ({@link podCause}):
+ * termination, restart count), and, while the Pod cannot become Ready, the cause ({@link
+ * podCause}):
  * the Pod's own reason (e.g. Evicted), the scheduler's (PodScheduled=False, e.g. Unschedulable), or
  * a container's waiting or terminated reason from the kubelet (ImagePullBackOff, ErrImagePull,
  * InvalidImageName, CreateContainerConfigError, CrashLoopBackOff, OOMKilled, Error, ...). The Ready
@@ -170,7 +173,8 @@ function exitText(t: NonNullable<ContainerState["terminated"]>): string {
  * Why `pod` is not Ready, or undefined when it is Ready or being deleted (with `nowMs`, a Pod being
  * deleted past its grace period is {@link stuckTerminating}). In order: the Pod's own
  * `status.reason` (Evicted, OutOfcpu, NodeAffinity, ...); phase Succeeded (`Completed`: the app
- * exited 0, and under restartPolicy OnFailure or Never the kubelet will not start it again); PodScheduled=False (the scheduler's
+ * exited 0, and under restartPolicy OnFailure or Never the kubelet will not start it again);
+ * PodScheduled=False (the scheduler's
  * reason, e.g. Unschedulable with "0/4 nodes are available: 4 Insufficient cpu"); the first
  * container (init containers first) waiting for any reason but {@link STARTING_REASONS} (with the
  * last termination, as CrashLoopBackOff has one); the first container terminated with a non-zero
@@ -354,7 +358,8 @@ export function stuckSummary(stuck: StuckPod[]): string {
 }
 
 /**
- * The Degraded condition while Pods are stuck (S24), or undefined when none is: True, reason the
+ * The Degraded condition while Pods are stuck (docs/scenarios.md S24), or undefined when none is:
+ * True, reason the
  * first stuck Pod's cause (as the Ready condition's, e.g. CrashLoopBackOff, Unschedulable,
  * CreateContainerConfigError), message `<n> Pod(s) cannot become Ready: <stuckSummary>`. A Pod
  * that completed (exit 0, not restarted under restartPolicy OnFailure or Never) is not a
@@ -395,7 +400,8 @@ export function causeSignature(reason: string, restarts: number): CauseSignature
  * The stuck causes seen anew in `pods`: a Pod whose cause (reason, or restart count under the same
  * reason, as a CrashLoopBackOff that crashed again) differs from what was seen before. "Before" is
  * `seen` (by Pod uid, kept by the caller between reconciles) or, when there is none yet (the first
- * reconcile after the operator started), the stored status entry of that name, so a cause already reported is
+ * reconcile after the operator started), the stored status entry of that name, so a cause already
+ * reported is
  * not reported again. A Pod not in `seen` while `seen` exists is new (e.g. recreated under the
  * same name): its cause is an occurrence. Returns the new occurrences and the signatures to keep.
  */
@@ -440,7 +446,8 @@ export function statusChanged(
 
 /**
  * Least time between two status writes of one AppService that change only counters and messages
- * (ms; S24). 30 s: a crash-looping Pod's kubelet back-off starts at 10 s and doubles, so the first
+ * (ms; docs/scenarios.md S24). 30 s: a crash-looping Pod's kubelet back-off starts at 10 s and
+ * doubles, so the first
  * crashes come faster than this and are coalesced; later ones (40 s and more apart) are written
  * as they come, so `podStatuses` lags a crash by at most this much. What a user or a pipeline acts
  * on ({@link statusState}) is never held back.
@@ -448,7 +455,8 @@ export function statusChanged(
 export const COSMETIC_STATUS_INTERVAL_MS = 30_000;
 
 /**
- * The state part of a status (S24): what is written at once when it changes. The counts
+ * The state part of a status (docs/scenarios.md S24): what is written at once when it changes. The
+ * counts
  * (`ready`, `replicas`, `readyReplicas`, `updatedReplicas`, `availableReplicas`,
  * `replicasSummary`), `observedGeneration`, `selector`, each condition's type, status, reason,
  * observedGeneration and `lastUpdateTime`, and per Pod its name, phase, readiness, IP and stuck
@@ -479,7 +487,7 @@ export function statusState(s: AppServiceStatusT | undefined): string {
 }
 
 /**
- * When a status change may be written (S24): at once (`nowMs`) when the state
+ * When a status change may be written (docs/scenarios.md S24): at once (`nowMs`) when the state
  * ({@link statusState}) changed or the stored status has no `lastReconciliation`; otherwise (only
  * counters and messages changed) {@link COSMETIC_STATUS_INTERVAL_MS} after the last write, whose
  * time is the stored `lastReconciliation` (stamped by every write; so the bound holds across
@@ -502,7 +510,8 @@ export function statusWriteAtMs(
 export const REASON_PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded";
 
 /**
- * Progressing reason while every Pod is at the current spec and some are stuck (S24): the rollout
+ * Progressing reason while every Pod is at the current spec and some are stuck (docs/scenarios.md
+ * S24): the rollout
  * waits for Pods that will not become Ready by themselves (a crash loop, a missing Secret, no
  * Node that fits), until its deadline.
  */
@@ -573,7 +582,8 @@ export function progressingCondition(
     };
   }
   if (converged && stuck.length > 0) {
-    // Not a healthy start: these Pods will not become Ready by themselves soon (S24).
+    // Not a healthy start: these Pods will not become Ready by themselves soon (docs/scenarios.md
+    // S24).
     return {
       type: "Progressing",
       status: "True",

@@ -16,7 +16,8 @@
  *   `controller_runtime_reconcile_errors_total` and re-added with per-key exponential backoff
  *   unless the policy decides otherwise; the process never dies of it. Success forgets the key's
  *   backoff.
- * - A result `{requeueAfterMs}` re-adds the key after that delay; `{requeue: true}` with backoff.
+ * - A reconcile resolves a {@link ReconcileResult}: `done`, `after(ms)` (re-added after that
+ *   delay), `backoff(minMs)` (re-added with the key's backoff) or `terminal`.
  * - Every `syncPeriodMs` every primary key is added again (controller-runtime SyncPeriod).
  * - Workers let the event loop turn once they have held it for {@link WORKER_TURN_MS}: a
  *   reconcile that reads only the cache resolves without I/O, so a pass over thousands of objects
@@ -95,22 +96,49 @@ export const DEFAULT_MAX_CONCURRENT_RECONCILES = 1;
 /** Default sync period (ms); controller-runtime default 10 h. */
 export const DEFAULT_SYNC_PERIOD_MS = 10 * 60 * 60 * 1000;
 
-/** What a reconcile may ask for. */
-export interface ReconcileResult {
-  /** Re-add with backoff. */
-  requeue?: boolean;
-  /** Re-add after this many ms. */
-  requeueAfterMs?: number;
+/**
+ * What a reconcile asks for next, a closed union (kube-rs `Action`, controller-runtime `Result`);
+ * make one with {@link Reconcile}:
+ * - `done`: nothing more to do; the key's failure count is forgotten and it is not re-added (the
+ *   next change of a watched object, or the sync period, brings it back).
+ * - `after`: re-add after `ms` milliseconds (> 0; a value ≤ 0 counts as `done`).
+ * - `backoff`: re-add with the key's per-key exponential backoff, no sooner than `minMs`
+ *   milliseconds (0: the backoff alone).
+ * - `terminal`: not re-added; after an error, the error is final (controller-runtime's
+ *   `TerminalError`): only the next change of a watched object brings the key back. The key's
+ *   failure count is kept.
+ */
+export type ReconcileResult =
+  | { readonly kind: "done" }
+  | { readonly kind: "after"; readonly ms: number }
+  | { readonly kind: "backoff"; readonly minMs: number }
+  | { readonly kind: "terminal" };
+
+/** The constructors of {@link ReconcileResult} ({@link Reconcile}). */
+export interface ReconcileConstructors {
+  /** Nothing more to do. */
+  readonly done: ReconcileResult;
+  /** Re-add after `ms` milliseconds. */
+  after(ms: number): ReconcileResult;
+  /** Re-add with the key's backoff, no sooner than `minMs` milliseconds (default 0). */
+  backoff(minMs?: number): ReconcileResult;
+  /** Not re-added; the key's failure count is kept. */
+  readonly terminal: ReconcileResult;
 }
 
+/** Constructors of {@link ReconcileResult}: `Reconcile.done`, `Reconcile.after(ms)`, ... */
+export const Reconcile: ReconcileConstructors = {
+  done: { kind: "done" },
+  after: (ms) => ({ kind: "after", ms }),
+  backoff: (minMs = 0) => ({ kind: "backoff", minMs }),
+  terminal: { kind: "terminal" },
+};
+
 /**
- * Decides what happens to a key whose reconcile threw (kube-rs `error_policy`): `undefined` or
- * `{requeue: true}` re-adds it with per-key exponential backoff (the default), `{requeueAfterMs}`
- * re-adds it after that delay (e.g. a server's Retry-After) keeping its failure count, `{}` does
- * not re-add it (a terminal error: the next change of a watched object brings it back), and
- * {@link ErrorDecision.minDelayMs} / {@link ErrorDecision.expected} say more. `undefined` falls
- * back to {@link defaultErrorPolicy} (fenced, throttled, conflict); the error is logged and
- * counted as an error unless the decision says it is expected. Must not throw.
+ * Decides what happens to a key whose reconcile threw (kube-rs `error_policy`): an
+ * {@link ErrorDecision}, or `undefined` when this policy has nothing to say about `err`, in which
+ * case {@link defaultErrorPolicy} decides (fenced, throttled, conflict), and what it leaves open
+ * too is a reconcile error requeued with backoff. Must not throw.
  */
 export type ErrorPolicy = (
   err: unknown,
@@ -128,25 +156,24 @@ export interface ReconcileContext {
   logger: Logger;
 }
 
-/** The function a controller runs per key (`namespace/name`). */
+/** The function a controller runs per key (`namespace/name`); resolves what to do next. */
 export type ReconcileFn = (
   key: string,
   ctx: ReconcileContext,
-) => Promise<ReconcileResult | void>;
+) => Promise<ReconcileResult>;
 
 /**
  * What the controller does with a key whose reconcile threw, as an {@link ErrorPolicy} decides
- * it: the requeue of a {@link ReconcileResult} (`undefined` or `{requeue: true}`: per-key backoff;
- * `{requeueAfterMs}`: after that delay; `{}`: not re-added), plus a floor under the backoff and
- * whether the error is expected.
+ * it: `next` is the requeue ({@link ReconcileResult}; `after` keeps the key's failure count, unlike
+ * after a success; `done` forgets it), `expected` whether the error is an expected condition.
  */
-export interface ErrorDecision extends ReconcileResult {
-  /** Re-add no sooner than this (ms): the larger of it and the key's backoff (a Retry-After). */
-  minDelayMs?: number;
+export interface ErrorDecision {
+  /** What happens to the key. */
+  next: ReconcileResult;
   /**
    * An expected condition, not a reconcile error: logged at info with this message and fields,
    * counted under the result `requeue` (or `requeue_after` with a delay) and not in
-   * `controller_runtime_reconcile_errors_total`.
+   * `controller_runtime_reconcile_errors_total`. Absent: a reconcile error (logged, counted).
    */
   expected?: { message: string; fields?: Record<string, unknown> };
 }
@@ -162,7 +189,7 @@ export interface ErrorDecision extends ReconcileResult {
 export function defaultErrorPolicy(err: unknown): ErrorDecision | undefined {
   if (isFenced(err)) {
     return {
-      requeue: true,
+      next: Reconcile.backoff(),
       expected: {
         message: err.reason === "NotLeaseHolder"
           ? "Write refused by the apiserver: not the Lease holder; requeued"
@@ -173,8 +200,7 @@ export function defaultErrorPolicy(err: unknown): ErrorDecision | undefined {
   }
   if (isThrottled(err)) {
     return {
-      requeue: true,
-      minDelayMs: (err.retryAfterSeconds ?? 0) * 1000,
+      next: Reconcile.backoff((err.retryAfterSeconds ?? 0) * 1000),
       expected: {
         message: "Throttled by the apiserver; requeued",
         fields: { code: err.code, request: err.request, retryAfterSeconds: err.retryAfterSeconds },
@@ -183,7 +209,7 @@ export function defaultErrorPolicy(err: unknown): ErrorDecision | undefined {
   }
   if (isConflict(err)) {
     return {
-      requeue: true,
+      next: Reconcile.backoff(),
       expected: {
         message: "Conflict with a newer version; requeued",
         fields: { request: (err as { request?: string }).request },
@@ -317,7 +343,7 @@ export class Controller {
     if (timedOut) return undefined;
     if (this.#fence.signal.aborted) {
       return {
-        requeue: true,
+        next: Reconcile.backoff(),
         expected: { message: "Reconcile aborted: leadership lost; requeued" },
       };
     }
@@ -360,28 +386,32 @@ export class Controller {
     this.#updateGauges();
     try {
       const r = await o.reconcile(key, ctx);
-      if (r?.requeueAfterMs !== undefined && r.requeueAfterMs > 0) {
+      if (r.kind === "after" && r.ms > 0) {
         result = "requeue_after";
         this.queue.forget(key);
-        this.queue.addAfter(key, r.requeueAfterMs);
-      } else if (r?.requeue) {
+        this.queue.addAfter(key, r.ms);
+      } else if (r.kind === "backoff") {
         result = "requeue";
-        this.queue.addRateLimited(key);
+        this.queue.addRateLimited(key, r.minMs);
       } else {
         this.queue.forget(key);
       }
     } catch (err) {
       const timedOut = signal.aborted && !this.#fence.signal.aborted;
       const decision = this.#decide(err, key, ctx, timedOut);
+      const next = decision?.next ?? Reconcile.backoff();
       let delayMs: number | undefined;
-      if (decision?.requeueAfterMs !== undefined && decision.requeueAfterMs > 0) {
-        delayMs = Math.max(decision.requeueAfterMs, decision.minDelayMs ?? 0);
+      if (next.kind === "after" && next.ms > 0) {
+        delayMs = next.ms;
         this.queue.addAfter(key, delayMs);
-      } else if (!decision || decision.requeue || decision.minDelayMs) {
-        delayMs = this.queue.addRateLimited(key, decision?.minDelayMs ?? 0);
+      } else if (next.kind === "backoff") {
+        delayMs = this.queue.addRateLimited(key, next.minMs);
+      } else if (next.kind === "done" || next.kind === "after") {
+        this.queue.forget(key);
       }
       if (decision?.expected) {
-        result = (decision.requeueAfterMs ?? 0) > 0 || (decision.minDelayMs ?? 0) > 0
+        result = (next.kind === "after" && next.ms > 0) ||
+            (next.kind === "backoff" && next.minMs > 0)
           ? "requeue_after"
           : "requeue";
         logger.info(decision.expected.message, {

@@ -37,11 +37,19 @@ export {
   type Informer,
   type MappedWatch,
   type OwnedWatch,
+  Reconcile,
+  type ReconcileConstructors,
   type ReconcileContext,
   type ReconcileFn,
   type ReconcileResult,
 } from "./controller.ts";
 export { EventRecorder, type EventRecorderOptions, type EventSpec } from "./events.ts";
+export {
+  finalizer,
+  type FinalizerEvent,
+  type FinalizerOptions,
+  hasFinalizer,
+} from "./finalizer.ts";
 export { ListenError, type ServerName } from "./health.ts";
 export { type FenceStamp, LeaseFence } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";

@@ -32,6 +32,7 @@ import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { appServiceReconciler } from "../../lib/appservice/reconcile.ts";
 import { desiredPod, specHash } from "../../lib/appservice/pods.ts";
+import { Reconcile } from "../../lib/runtime/controller.ts";
 import { EventRecorder } from "../../lib/runtime/events.ts";
 import { log } from "../../lib/runtime/log.ts";
 import { CONTROLLER_UID_INDEX, controllerUidIndex, Store } from "../../lib/runtime/store.ts";
@@ -414,14 +415,14 @@ Deno.test("status writes are conditional on the resourceVersion they were comput
       logger: log("e2e"),
     };
     const result = await reconcile(`${ns}/app`, ctx);
-    assertEquals(result, { requeue: true });
+    assertEquals(result, Reconcile.backoff());
     assertEquals((await getAs(ns, "app")).status?.replicasSummary, "written by the new leader");
     // From the live version: written.
     appServices.upsert(await getAs(ns, "app"));
     // Not requeued at once; the Pod is not Ready, so it asks to look again at the rollout's
     // progress deadline (S22).
     const written = await reconcile(`${ns}/app`, ctx);
-    assert(!written?.requeue, JSON.stringify(written));
+    assert(written.kind !== "backoff", JSON.stringify(written));
     assertEquals((await getAs(ns, "app")).status?.replicasSummary, "0/1");
     await events.flush();
   } finally {

@@ -15,6 +15,8 @@ import {
   DEFAULT_MAX_CONCURRENT_RECONCILES,
   DEFAULT_SYNC_PERIOD_MS,
   defaultErrorPolicy,
+  type ErrorDecision,
+  Reconcile,
   type ReconcileContext,
 } from "../../lib/runtime/controller.ts";
 import { ApiError, FencedError } from "../../lib/kube/errors.ts";
@@ -115,6 +117,7 @@ Deno.test("controller S5: a slow reconcile of A does not delay B (maxConcurrentR
       probe.enter(key);
       if (key === "ns/a") await slowA.promise;
       probe.leave(key);
+      return Reconcile.done;
     },
   });
   const stop = new AbortController();
@@ -147,6 +150,7 @@ Deno.test("controller S5: a key is never reconciled twice at once; adds while it
       probe.enter(key);
       if (key === "ns/a") await slow.promise;
       probe.leave(key);
+      return Reconcile.done;
     },
   });
   const stop = new AbortController();
@@ -179,6 +183,7 @@ Deno.test("controller S5: repeated adds of a pending key merge", async () => {
       probe.enter(key);
       if (key === "ns/busy") await busy.promise;
       probe.leave(key);
+      return Reconcile.done;
     },
   });
   const stop = new AbortController();
@@ -221,6 +226,7 @@ Deno.test("controller S5 (property): per-key exclusivity, bounded concurrency, e
             probe.enter(key);
             await sleep(workMs[keys.indexOf(key)]);
             probe.leave(key);
+            return Reconcile.done;
           },
         });
         const stop = new AbortController();
@@ -264,7 +270,7 @@ Deno.test("controller: a reconcile that throws is retried with growing delay, co
     clock,
     metrics,
     reconcile: (key) => {
-      if (key !== "ns/flaky") return Promise.resolve();
+      if (key !== "ns/flaky") return Promise.resolve(Reconcile.done);
       callsAt.push(clock.now());
       // A synchronous throw and rejections of several kinds: all are caught.
       if (callsAt.length === 1) throw new Error("boom");
@@ -272,7 +278,7 @@ Deno.test("controller: a reconcile that throws is retried with growing delay, co
       if (callsAt.length <= FAILURES) {
         return Promise.reject(new TypeError(`fail ${callsAt.length}`));
       }
-      return Promise.resolve();
+      return Promise.resolve(Reconcile.done);
     },
   });
   const labels = { name: "test", controller: "test" };
@@ -322,9 +328,9 @@ Deno.test("controller: requeue and requeueAfter results", async () => {
     clock,
     reconcile: () => {
       calls.push(clock.now());
-      if (calls.length === 1) return Promise.resolve({ requeueAfterMs: 1_000 });
-      if (calls.length <= 3) return Promise.resolve({ requeue: true });
-      return Promise.resolve();
+      if (calls.length === 1) return Promise.resolve(Reconcile.after(1_000));
+      if (calls.length <= 3) return Promise.resolve(Reconcile.backoff());
+      return Promise.resolve(Reconcile.done);
     },
   });
   const stop = new AbortController();
@@ -354,7 +360,7 @@ Deno.test("controller: --reconcile-timeout aborts a slow reconcile; it is an err
     reconcileTimeoutMs: 50,
     reconcile: async (_key, ctx) => {
       calls++;
-      if (calls > 1) return;
+      if (calls > 1) return Reconcile.done;
       await new Promise<void>((resolve) => {
         ctx.signal.addEventListener("abort", () => resolve(), { once: true });
       });
@@ -384,7 +390,7 @@ Deno.test("controller: --sync-period adds every known key again", async () => {
     allKeys: () => ["ns/a", "ns/b"],
     reconcile: (key) => {
       seen.push(key);
-      return Promise.resolve();
+      return Promise.resolve(Reconcile.done);
     },
   });
   const stop = new AbortController();
@@ -413,6 +419,7 @@ Deno.test("controller S7: stop takes no new keys and lets the in-flight reconcil
         await slow.promise;
       }
       probe.leave(key);
+      return Reconcile.done;
     },
   });
   const stop = new AbortController();
@@ -452,6 +459,7 @@ Deno.test("controller S7: past the grace period the in-flight reconcile's signal
       });
       finished = true;
       if (ctx.signal.aborted) throw ctx.signal.reason;
+      return Reconcile.done;
     },
   });
   const stop = new AbortController();
@@ -475,6 +483,7 @@ Deno.test("controller: fence() aborts in-flight reconciles at once (lost Lease)"
       await new Promise<void>((resolve) => {
         ctx.signal.addEventListener("abort", () => resolve(), { once: true });
       });
+      return Reconcile.done;
     },
   });
   const stop = new AbortController();
@@ -504,7 +513,7 @@ Deno.test("controller S16: a throttled reconcile is requeued after max(backoff, 
       if (calls.length === 2) {
         return Promise.reject(new ApiError(503, { code: 503 }, { retryAfterSeconds: 2 }));
       }
-      return Promise.resolve();
+      return Promise.resolve(Reconcile.done);
     },
   });
   const stop = new AbortController();
@@ -534,20 +543,25 @@ Deno.test("controller S16: a throttled reconcile is requeued after max(backoff, 
   await run;
 });
 
+/** The floor of a `backoff` decision (ms); undefined for no decision or another kind. */
+function minMs(d: ErrorDecision | undefined): number | undefined {
+  return d?.next.kind === "backoff" ? d.next.minMs : undefined;
+}
+
 Deno.test("controller: the error policy maps errors to requeue decisions (fenced, throttled, conflict, other)", async () => {
   const fenced = new FencedError("RenewalStale", "PATCH /x", 3_500);
   const f = defaultErrorPolicy(fenced);
-  assert(f?.requeue && f.expected && !f.minDelayMs, JSON.stringify(f));
+  assert(f?.expected && minMs(f) === 0, JSON.stringify(f));
   const t = defaultErrorPolicy(new ApiError(429, {}, { retryAfterSeconds: 3 }));
   assert(t?.expected, "throttled is expected");
-  assertEquals(t.minDelayMs, 3_000);
+  assertEquals(minMs(t), 3_000);
   // A client-side 429 (the Retry-After gate refused to send) is the same.
   const local = new ApiError(429, { reason: "TooManyRequests" }, { retryAfterSeconds: 0.25 });
-  assertEquals(defaultErrorPolicy(local)?.minDelayMs, 250);
+  assertEquals(minMs(defaultErrorPolicy(local)), 250);
   // 503 only with a Retry-After; without it, an error like any other.
   assertEquals(defaultErrorPolicy(new ApiError(503, {})), undefined);
   assertEquals(
-    defaultErrorPolicy(new ApiError(503, {}, { retryAfterSeconds: 1 }))?.minDelayMs,
+    minMs(defaultErrorPolicy(new ApiError(503, {}, { retryAfterSeconds: 1 }))),
     1_000,
   );
   assert(defaultErrorPolicy(new ApiError(409, { reason: "Conflict", code: 409 }))?.expected);
@@ -562,7 +576,7 @@ Deno.test("controller: the error policy maps errors to requeue decisions (fenced
   const c = controller({
     clock,
     metrics,
-    reconcile: () => ++n === 1 ? Promise.reject(fenced) : Promise.resolve(),
+    reconcile: () => ++n === 1 ? Promise.reject(fenced) : Promise.resolve(Reconcile.done),
   });
   const stop = new AbortController();
   const run = c.run(stop.signal, 1_000);
@@ -583,7 +597,7 @@ Deno.test("controller: the error policy maps errors to requeue decisions (fenced
     reconcile: () => Promise.reject(new Error("permanent")),
     errorPolicy: (err) => {
       seen.push(err);
-      return { requeue: true, minDelayMs: 60_000, expected: { message: "Later" } };
+      return { next: Reconcile.backoff(60_000), expected: { message: "Later" } };
     },
   });
   const stop2 = new AbortController();
@@ -616,7 +630,7 @@ Deno.test("controller: a pass of reconciles that never wait on I/O still lets pr
       const until = performance.now() + busyMs;
       while (performance.now() < until) { /* CPU, as a reconcile computing its desired state */ }
       done++;
-      return Promise.resolve();
+      return Promise.resolve(Reconcile.done);
     },
   });
   const stop = new AbortController();

@@ -9,7 +9,7 @@ import { assert, assertEquals, assertRejects } from "../assert.ts";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { CONFIGMAPS, PODS, type ResourceType } from "../../lib/kube/resources.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
-import { Controller, controllerOwnerKeys } from "../../lib/runtime/controller.ts";
+import { Controller, controllerOwnerKeys, Reconcile } from "../../lib/runtime/controller.ts";
 import { Manager } from "../../lib/runtime/manager.ts";
 import { Metrics } from "../../lib/runtime/metrics.ts";
 import {
@@ -139,7 +139,7 @@ Deno.test("runtime: a declared controller enqueues primary keys (with predicates
       map: (cm: ConfigMap) =>
         cm.data?.widget ? [`${cm.metadata?.namespace}/${cm.data.widget}`] : [],
     }],
-    reconcile: () => Promise.resolve(),
+    reconcile: () => Promise.resolve(Reconcile.done),
   });
   const w = obj("ns", "w1", { generation: 1 });
   widgets.store.upsert(structuredClone(w));
@@ -200,16 +200,16 @@ Deno.test("runtime: informers shared by two controllers feed both; duplicate nam
     name: "one",
     for: widgets,
     owns: [{ informer: pods }],
-    reconcile: async () => {},
+    reconcile: () => Promise.resolve(Reconcile.done),
   });
   const two = m.add({
     name: "two",
     for: m.informer<KubeObject>(PODS, { indexes: { [CONTROLLER_UID_INDEX]: controllerUidIndex } }),
-    reconcile: async () => {},
+    reconcile: () => Promise.resolve(Reconcile.done),
   });
   let threw = false;
   try {
-    m.add({ name: "one", for: widgets, reconcile: async () => {} });
+    m.add({ name: "one", for: widgets, reconcile: () => Promise.resolve(Reconcile.done) });
   } catch {
     threw = true;
   }
@@ -288,8 +288,8 @@ Deno.test("controller: the error policy decides the requeue (after a delay, back
     },
     errorPolicy: (err, key) => {
       assert(err instanceof Error && err.message === key);
-      if (key === "ns/after") return { requeueAfterMs: 2_000 };
-      if (key === "ns/terminal") return {};
+      if (key === "ns/after") return { next: Reconcile.after(2_000) };
+      if (key === "ns/terminal") return { next: Reconcile.terminal };
       return undefined;
     },
   });
@@ -310,7 +310,7 @@ Deno.test("controller: the error policy decides the requeue (after a delay, back
   assertEquals(count("ns/after"), 1);
   clock.advance(1);
   for (let i = 0; i < 500 && count("ns/after") < 2; i++) await sleep(2);
-  assertEquals(count("ns/after"), 2, "requeueAfterMs: 2 s");
+  assertEquals(count("ns/after"), 2, "after(2 s)");
   assertEquals(count("ns/terminal"), 1);
   stop.abort();
   await run;

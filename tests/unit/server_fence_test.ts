@@ -41,7 +41,7 @@ Deno.test("server fence: the Lease-holder policy's 403 is a FencedError (NotLeas
   assertEquals(fenced.apiError, err);
   assert(fenced.message.includes("refused by the apiserver: not the Lease holder"), fenced.message);
   const d = defaultErrorPolicy(fenced);
-  assert(d?.requeue && d.expected, JSON.stringify(d));
+  assert(d?.next.kind === "backoff" && d.expected, JSON.stringify(d));
   assertEquals(
     d.expected.message,
     "Write refused by the apiserver: not the Lease holder; requeued",
