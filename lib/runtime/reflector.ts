@@ -430,7 +430,7 @@ export class Reflector<T extends KubeObject> {
         // The pages so far belong to an older snapshot than the full list that follows: start the
         // replace over, so that the deletes at its end are those of the full list.
         replacement = o.store.beginReplace();
-        this.#emit({ type: "listExpired", detail: err.message });
+        this.#apply(step(this.#state, { type: "listContinueExpired", detail: err.message }));
       },
     );
     const diff = replacement.finish();

@@ -95,6 +95,8 @@ export interface WatchOutcome {
  * - `start`: `run()` was called (with the reflector's options).
  * - `listed`: a list was applied to the store, ending at `resourceVersion`.
  * - `listFailed`: the list threw `error`.
+ * - `listContinueExpired`: a later page of the list was answered 410 (its continue token expired);
+ *   the client reads the list again in one piece, and the store's replace starts over.
  * - `watchListEnded`: a WatchList stream ended normally; `synced`: its initial events were
  *   complete (the `initial-events-end` bookmark came).
  * - `watchListFailed`: a WatchList stream threw `error`.
@@ -107,6 +109,7 @@ export type ReflectorInput =
   | { type: "start"; useWatchList: boolean; initialListFromCache: boolean }
   | { type: "listed"; resourceVersion: string }
   | { type: "listFailed"; error: unknown }
+  | { type: "listContinueExpired"; detail: string }
   | { type: "watchListEnded"; synced: boolean } & WatchOutcome
   | { type: "watchListFailed"; error: unknown } & WatchOutcome
   | { type: "watchEnded"; events: number; durationMs: number } & WatchOutcome
@@ -208,6 +211,12 @@ function fromListing(
       };
     case "listFailed":
       return failed(memory, "list", input.error, { accepted: true, healthy: true });
+    case "listContinueExpired":
+      // Still listing (now in one piece): a pager detail, not a failure and not a relist.
+      return {
+        state,
+        effects: [{ type: "report", event: { type: "listExpired", detail: input.detail } }],
+      };
     case "watchListEnded": {
       const m = observed(memory, input);
       if (input.synced) {
