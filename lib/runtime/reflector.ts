@@ -562,6 +562,9 @@ export class Reflector<T extends KubeObject> {
           replacement.add(pending);
           pending = [];
         }
+        if (!initial) {
+          this.#apply(step(this.#state, { type: "watchProgress", resourceVersion: rv }));
+        }
       }
     } finally {
       if (openTimer !== undefined) this.#clock.clearTimer(openTimer);

@@ -100,6 +100,7 @@ export interface WatchOutcome {
  * - `watchListEnded`: a WatchList stream ended normally; `synced`: its initial events were
  *   complete (the `initial-events-end` bookmark came).
  * - `watchListFailed`: a WatchList stream threw `error`.
+ * - `watchProgress`: a watch applied events up to `resourceVersion` (once per chunk of the stream).
  * - `watchEnded`: a watch ended normally after `durationMs` with `events` events.
  * - `watchFailed`: a watch threw `error`.
  * - `backoffDone`: the backoff delay passed (or the path to the apiserver recovered).
@@ -112,6 +113,7 @@ export type ReflectorInput =
   | { type: "listContinueExpired"; detail: string }
   | { type: "watchListEnded"; synced: boolean } & WatchOutcome
   | { type: "watchListFailed"; error: unknown } & WatchOutcome
+  | { type: "watchProgress"; resourceVersion: string }
   | { type: "watchEnded"; events: number; durationMs: number } & WatchOutcome
   | { type: "watchFailed"; error: unknown } & WatchOutcome
   | { type: "backoffDone" }
@@ -253,6 +255,16 @@ function fromWatching(
   state: Extract<ReflectorState, { phase: "watching" }>,
   input: ReflectorInput,
 ): Transition | undefined {
+  if (input.type === "watchProgress") {
+    // Progress: a later watch resumes from here, and a 410 after it relists at once again.
+    if (!input.resourceVersion || input.resourceVersion === state.memory.resourceVersion) {
+      return undefined;
+    }
+    return {
+      state: watching({ ...state.memory, resourceVersion: input.resourceVersion, goneInARow: 0 }),
+      effects: NOTHING,
+    };
+  }
   if (input.type !== "watchEnded" && input.type !== "watchFailed") return undefined;
   const m = observed(state.memory, input);
   if (input.type === "watchFailed") {

@@ -159,6 +159,21 @@ Deno.test("step: other failures back off, then retry the same phase", () => {
   assertEquals(mem(back).resourceVersion, "10");
 });
 
+Deno.test("step: watch progress moves the resourceVersion and ends a run of 410s", () => {
+  const t = step(watchingState({ goneInARow: 1 }), {
+    type: "watchProgress",
+    resourceVersion: "11",
+  });
+  assertEquals([t.state.phase, mem(t.state).resourceVersion, mem(t.state).goneInARow], [
+    "watching",
+    "11",
+    0,
+  ]);
+  assertEquals(t.effects, []);
+  const same = watchingState({ goneInARow: 1 });
+  assertEquals(step(same, { type: "watchProgress", resourceVersion: "10" }).state, same);
+});
+
 Deno.test("step: a failed watch resumes from the last event it applied", () => {
   const t = step(watchingState({ goneInARow: 1 }), {
     type: "watchFailed",
