@@ -135,7 +135,7 @@ export interface ManagerOptions {
   gracefulShutdownTimeoutMs?: number;
   /** Default namespace of informers (one namespace only); "" (the default) for all. */
   watchNamespace?: string;
-  /** A watch silent (no byte, bookmarks included) this long is reconnected; default 3 min. */
+  /** A watch silent (no byte, bookmarks included) this long is reconnected; default 75 s. */
   watchIdleTimeoutMs?: number;
   /** Page size of the informers' lists; default the reflector's (500, client-go's pager). */
   listPageSize?: number;
@@ -145,7 +145,7 @@ export interface ManagerOptions {
    * new as a consistent list, streamed from the watch cache) where the apiserver supports it, else
    * with a consistent paged list; default false (client-go's reflector uses it by default from
    * v0.35, its WatchListClient feature, k8s.io/client-go features/known_features.go; here paged
-   * lists measured faster, see lib/runtime/reflector.ts).
+   * lists measured faster, see docs/design/reflector.md).
    */
   useWatchList?: boolean;
   /**
@@ -159,6 +159,11 @@ export interface ManagerOptions {
    * start-up ends with one line). Default: none.
    */
   startGate?: Promise<unknown>;
+  /**
+   * Deep-freeze the objects in the informers' caches (`StoreOptions.freeze`), so that code
+   * mutating a cached object throws. For tests; default false.
+   */
+  freezeCache?: boolean;
 }
 
 /** How often (ms) the manager looks whether the first pass is over, for its first GC. */
@@ -241,6 +246,7 @@ export class Manager {
       watchNamespace: o.watchNamespace ?? "",
       watchIdleTimeoutMs: o.watchIdleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
       useWatchList: o.useWatchList ?? false,
+      freezeCache: o.freezeCache ?? false,
     };
     if (this.#o.leaderElect && !this.#o.leaderElectionId) {
       throw new Error("leaderElect needs a leaderElectionId (the Lease's name)");
@@ -298,6 +304,7 @@ export class Manager {
       const store = new Store<T>({
         onHandlerError: (err) => this.#log.error("Event handler failed", { error: errorText(err) }),
         transform: opts.transform,
+        freeze: this.#o.freezeCache,
       });
       this.#transforms.set(id, opts.transform);
       inf = {
