@@ -1,53 +1,34 @@
 /**
  * The reflector: keeps a {@link Store} equal to the apiserver's state of one resource by listing
  * (in pages) and then watching from the list's resourceVersion (client-go `cache.Reflector`,
- * kube-runtime `watcher`). Its states and transitions are the pure {@link step} of
+ * kube-runtime `watcher`). Its states and transitions are the pure `step` of
  * reflector_machine.ts; {@link Reflector.run} is the I/O that drives it. The state table, the
  * reasons behind each rule and the figures are in docs/design/reflector.md.
  *
  * Rules users must know:
- * - Every list is a consistent read (resourceVersion unset, in pages of `pageSize`): the store
- *   reports synced on it, and a controller acts on a synced store at once. `initialListFromCache`
- *   opts the first list into `resourceVersion=0` (the watch cache's state, maybe far behind:
- *   docs/scenarios.md and tests/e2e/stale_list_test.ts) for consumers that never act on a synced
- *   store before its watch has caught up.
- * - A DELETE can be missed across a relist: the store then emits the delete itself when the list
- *   no longer holds the object, but with the last state it saw. Use finalizers for cleanup that
- *   must happen.
- * - 410 Gone (an HTTP answer or an ERROR event in the stream): relist at once, then watch from the
- *   new list's resourceVersion. A second 410 in a row without progress backs off first.
- * - Watches ask for bookmarks and a server timeout drawn in [5, 10) min (client-go). A stream that
- *   delivers no byte for `idleTimeoutMs` (default {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS}) is
- *   resumed from the last resourceVersion on a new connection; with evidence of a dead connection
- *   (a bookmark was due, the watch was never accepted, or other requests get no answer) the
- *   informer is deaf ({@link Reflector.deaf}, reported by /readyz) until a watch is accepted again.
- *   Without, the stream is quiet: its reopening is the liveness check, its headers bounded by
- *   {@link QUIET_RECONNECT_HEADERS_MS}.
- * - A paged list whose continue token expired (410 on a later page) is read again in one piece
- *   (the client's `listPages`), the store's replace started over for it.
- * - When the path to the apiserver recovers after failures, a watch that received nothing since
- *   they began is ended by the client ({@link WatchRestartError} `stalled`) and resumed at once,
- *   and a reflector in backoff tries again at once; a changed CA or client certificate ends
- *   watches too (`credentials`). Such restarts, like idle ones, cost no backoff and no relist.
+ * - Every list is a consistent read (resourceVersion unset, in pages of `pageSize`), and a
+ *   controller acts on a synced store at once. `initialListFromCache` opts the first list into
+ *   `resourceVersion=0` (the watch cache's state, maybe far behind: tests/e2e/stale_list_test.ts).
+ * - A DELETE can be missed across a relist: the store then emits the delete itself, with the last
+ *   state it saw. Use finalizers for cleanup that must happen.
+ * - 410 Gone relists at once, then watches from the new list's resourceVersion; a second 410 in a
+ *   row without progress backs off first. A paged list whose continue token expired is read again
+ *   in one piece.
  * - Every watch resumes from the resourceVersion of the last event it applied (bookmarks
- *   included), so no event is applied twice.
- * - WatchList (`useWatchList`, KEP-3157) syncs with initial events at least as new as etcd's
- *   current revision; once synced (the `initial-events-end` bookmark) its stream is an ordinary
- *   watch, and a failure of it resumes with a plain watch. Only a 410, or a failure before the
- *   initial events are complete, syncs again. An apiserver that refuses it (4xx) gets lists.
- * - A stream that ends within {@link VERY_SHORT_WATCH_MS} without any event is a failure.
- * - Failures back off 800 ms doubling (jitter up to +100 %, see backoff.ts) to 30 s; at most one
- *   watch per reflector is open at any time. A success resets the backoff: a list applied, or a
- *   watch that the apiserver accepted and that delivered data or stayed open for
- *   {@link VERY_SHORT_WATCH_MS}.
- * - {@link Reflector.failingSinceMs} is when the current run of failed attempts began; a success
- *   ends the run. Readiness uses it to tell a stale cache from a blip.
+ *   included), so no event is applied twice. A watch silent for `idleTimeoutMs` (default
+ *   {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS}) is reopened; with evidence of a dead connection the
+ *   informer is {@link Reflector.deaf} (reported by /readyz) until a watch is accepted again.
+ *   Client restarts of a watch (`WatchRestartError`) and idle ends cost no backoff.
+ * - WatchList (`useWatchList`) syncs with initial events as new as a consistent list; once synced
+ *   its stream is an ordinary watch. An apiserver that refuses it (4xx) gets lists.
+ * - Failures back off 800 ms doubling (jittered, see backoff.ts) to 30 s; a watch ending within
+ *   {@link VERY_SHORT_WATCH_MS} without events is a failure; at most one watch is open at a time.
+ *   {@link Reflector.failingSinceMs} is when the current run of failures began.
  *
  * @module
  */
-import type { KubeClient, KubeObject } from "../kube/client.ts";
+import type { KubeClient, KubeObject, WatchOptions } from "../kube/client.ts";
 import type { ResourceType } from "../kube/resources.ts";
-import type { WatchRestartError } from "../kube/watch.ts";
 import {
   Backoff,
   REFLECTOR_BACKOFF_INITIAL_MS,
@@ -55,11 +36,11 @@ import {
   REFLECTOR_BACKOFF_RESET_MS,
 } from "./backoff.ts";
 import { type Clock, realClock, sleepOn } from "./clock.ts";
-import { log } from "./log.ts";
 import {
   APISERVER_BOOKMARK_INTERVAL_MS,
   errorMessage,
   type ReflectorEffect,
+  type ReflectorEvent,
   type ReflectorInput,
   type ReflectorMemory,
   type ReflectorState,
@@ -67,11 +48,18 @@ import {
   VERY_SHORT_WATCH_MS,
   type WatchOutcome,
 } from "./reflector_machine.ts";
-import { type ReflectorLogger, type ReflectorMetrics, reflectorReporter } from "./reflector_log.ts";
+import {
+  defaultReflectorLogger,
+  type ReflectorLogger,
+  type ReflectorMetrics,
+  reflectorReporter,
+} from "./reflector_log.ts";
+import { applyWatchEvent, type Stream } from "./reflector_stream.ts";
 import type { Store } from "./store.ts";
 
 export {
   APISERVER_BOOKMARK_INTERVAL_MS,
+  type ReflectorEvent,
   type ReflectorMemory,
   type ReflectorState,
   VERY_SHORT_WATCH_MS,
@@ -94,39 +82,6 @@ export const DEFAULT_LIST_PAGE_SIZE = 500;
  */
 export const QUIET_RECONNECT_HEADERS_MS = 10_000;
 
-/** What the reflector reports as it goes (for logs, metrics and readiness). */
-export type ReflectorEvent =
-  | {
-    type: "listed";
-    resourceVersion: string;
-    items: number;
-    pages: number;
-    added: number;
-    updated: number;
-    deleted: number;
-  }
-  | { type: "watchStarted"; resourceVersion: string }
-  | { type: "watchEnded"; resourceVersion: string; events: number }
-  | { type: "relist"; reason: "gone"; phase: "list" | "watch"; resourceVersion: string }
-  /** A continue token expired mid-list (410): the list is read again in one piece. */
-  | { type: "listExpired"; detail: string }
-  /**
-   * A watch delivered no byte for the idle bound and is reopened from the last resourceVersion.
-   * `quiet`: nothing says its connection died — this reflector's watches never received a
-   * bookmark (an apiserver without a watch cache sends none), the watch had been accepted and
-   * the path to the apiserver is healthy — so the silence is normal and the reopening is the
-   * liveness check, not a failure. Otherwise (a bookmark missed, no headers, other requests
-   * failing too) the informer was deaf and is marked so.
-   */
-  | { type: "idle"; resourceVersion: string; idleMs: number; quiet: boolean }
-  | {
-    type: "restart";
-    why: WatchRestartError["why"];
-    resourceVersion: string;
-    detail: string;
-  }
-  | { type: "error"; phase: "list" | "watch"; error: unknown; retryInMs: number };
-
 /** Options of {@link Reflector}. */
 export interface ReflectorOptions<T extends KubeObject> {
   /** Lists and watches through this client. */
@@ -144,10 +99,8 @@ export interface ReflectorOptions<T extends KubeObject> {
   /** Page size of lists; default {@link DEFAULT_LIST_PAGE_SIZE}. */
   pageSize?: number;
   /**
-   * List the first time at `resourceVersion=0` (whatever state the apiserver's watch cache holds,
-   * possibly far behind; in one piece) instead of a consistent read. Default false: a store
-   * synced on a stale list makes a controller act on that state (see the module doc). Later lists
-   * are consistent either way.
+   * List the first time at `resourceVersion=0` (the watch cache's state, possibly far behind; in
+   * one piece) instead of a consistent read (see the module doc). Later lists are consistent.
    */
   initialListFromCache?: boolean;
   /** Client idle bound (ms); default {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS}. */
@@ -177,16 +130,6 @@ export interface ReflectorOptions<T extends KubeObject> {
   random?: () => number;
 }
 
-/** What one watch stream did: its last resourceVersion, events, and the facts step() needs. */
-interface WatchResult {
-  /** resourceVersion of the last event seen (or the one the watch started from). */
-  rv: string;
-  /** Events received. */
-  events: number;
-  /** Whether the WatchList initial events (if any) were complete. */
-  synced: boolean;
-}
-
 /** Keeps a Store in sync with one resource; {@link Reflector.run} until the signal aborts. */
 export class Reflector<T extends KubeObject> {
   #o: ReflectorOptions<T>;
@@ -204,16 +147,8 @@ export class Reflector<T extends KubeObject> {
   #backoff: Backoff;
   /** The delay of the backoff in progress (ms), taken when the failure was counted. */
   #delayMs = 0;
-  /**
-   * What the last watch did (step()'s {@link WatchOutcome}): the resourceVersion of the last event
-   * (bookmarks included) it applied, so a failed watch resumes from there and not from where it
-   * began (which would replay events already applied, or run into 410 and relist for nothing).
-   */
-  #lastWatch: Omit<WatchOutcome, "healthy"> = {
-    appliedResourceVersion: "",
-    accepted: false,
-    bookmarks: false,
-  };
+  /** What the last watch did (step()'s {@link WatchOutcome}), the last resourceVersion applied. */
+  #lastWatch: Stream<T>["seen"] = { appliedResourceVersion: "", accepted: false, bookmarks: false };
 
   /**
    * A reflector for one resource; it lists and watches once {@link Reflector.run} is called.
@@ -232,7 +167,7 @@ export class Reflector<T extends KubeObject> {
     });
     this.#report = reflectorReporter({
       resource: o.resource,
-      logger: o.logger ?? defaultLogger(o.resource),
+      logger: o.logger ?? defaultReflectorLogger(o.resource),
       metrics: o.metrics,
       health: o.client.health,
     });
@@ -353,52 +288,43 @@ export class Reflector<T extends KubeObject> {
 
   /** Does what `state` says (list, watch or wait) and returns what came of it. */
   async #perform(state: ReflectorState, signal: AbortSignal): Promise<ReflectorInput> {
-    switch (state.phase) {
-      case "listing":
-        if (state.via === "watchList") {
-          try {
-            const r = await this.#watch(state.memory, signal, true);
-            return {
-              type: "watchListEnded",
-              synced: r.synced,
-              ...this.#outcome(),
-              appliedResourceVersion: r.rv,
-            };
-          } catch (error) {
-            return { type: "watchListFailed", error, ...this.#outcome() };
-          }
-        }
-        try {
-          return { type: "listed", resourceVersion: await this.#list(signal, !state.fromCache) };
-        } catch (error) {
-          return { type: "listFailed", error };
-        }
-      case "watching": {
-        const startedMs = this.#clock.now();
-        try {
-          const r = await this.#watch(state.memory, signal, false);
-          const durationMs = this.#clock.now() - startedMs;
-          return { type: "watchEnded", events: r.events, durationMs, ...this.#outcome() };
-        } catch (error) {
-          return { type: "watchFailed", error, ...this.#outcome() };
-        }
+    if (state.phase === "backoff") return await this.#wait(signal);
+    if (state.phase === "listing" && state.via === "list") {
+      try {
+        return { type: "listed", resourceVersion: await this.#list(signal, !state.fromCache) };
+      } catch (error) {
+        return { type: "listFailed", error };
       }
-      case "backoff": {
-        // The path to the apiserver recovering (another request got through) ends the wait.
-        const woken = new AbortController();
-        const unsubscribe = this.#o.client.health?.onRecovered(() => woken.abort());
-        try {
-          await sleepOn(this.#clock, this.#delayMs, AbortSignal.any([signal, woken.signal]));
-        } catch {
-          /* woken, or stopped (the run loop checks its signal) */
-        } finally {
-          unsubscribe?.();
-        }
-        return { type: "backoffDone" };
-      }
-      default:
-        return { type: "stop" };
     }
+    if (state.phase !== "listing" && state.phase !== "watching") return { type: "stop" };
+    const startedMs = this.#clock.now();
+    try {
+      const r = await this.#watch(state.memory, signal, state.phase === "listing");
+      // A watch, or a WatchList that synced on the way (the state is watching since).
+      if (this.#state.phase === "watching") {
+        const durationMs = this.#clock.now() - startedMs;
+        return { type: "watchEnded", events: r.events, durationMs, ...this.#outcome() };
+      }
+      return { type: "watchListEnded", synced: false, ...this.#outcome() };
+    } catch (error) {
+      return this.#state.phase === "watching"
+        ? { type: "watchFailed", error, ...this.#outcome() }
+        : { type: "watchListFailed", error, ...this.#outcome() };
+    }
+  }
+
+  /** Waits out the backoff; the path to the apiserver recovering ends the wait early. */
+  async #wait(signal: AbortSignal): Promise<ReflectorInput> {
+    const woken = new AbortController();
+    const unsubscribe = this.#o.client.health?.onRecovered(() => woken.abort());
+    try {
+      await sleepOn(this.#clock, this.#delayMs, AbortSignal.any([signal, woken.signal]));
+    } catch {
+      /* woken, or stopped (the run loop checks its signal) */
+    } finally {
+      unsubscribe?.();
+    }
+    return { type: "backoffDone" };
   }
 
   /** The last watch's {@link WatchOutcome}, with the connection's health now. */
@@ -464,114 +390,94 @@ export class Reflector<T extends KubeObject> {
     memory: ReflectorMemory,
     signal: AbortSignal,
     initial: boolean,
-  ): Promise<WatchResult> {
+  ): Promise<Stream<T>> {
     const o = this.#o;
-    let rv = initial ? "" : memory.resourceVersion;
-    if (!initial) this.#emit({ type: "watchStarted", resourceVersion: rv });
-    let events = 0;
-    // WatchList: ADDED events go into one replace until the initial-events-end bookmark; after it
-    // events go straight to the store (replacement = undefined).
-    let replacement = initial ? o.store.beginReplace() : undefined;
-    let pending: T[] = [];
-    const seen: Omit<WatchOutcome, "healthy"> = {
-      appliedResourceVersion: rv,
-      accepted: false,
-      bookmarks: false,
+    const s: Stream<T> = {
+      rv: initial ? "" : memory.resourceVersion,
+      events: 0,
+      replacement: initial ? o.store.beginReplace() : undefined,
+      pending: [],
+      seen: {
+        appliedResourceVersion: initial ? "" : memory.resourceVersion,
+        accepted: false,
+        bookmarks: false,
+      },
     };
-    this.#lastWatch = seen;
+    this.#lastWatch = s.seen;
+    if (!initial) this.#emit({ type: "watchStarted", resourceVersion: s.rv });
     if (this.#openWatches > 0) throw new Error("reflector: a watch is already open");
     this.#openWatches++;
     // A stream that the apiserver accepted and that has not failed for this long is healthy,
     // even before its first event.
     let openTimer: unknown;
     const onOpen = () => {
-      seen.accepted = true;
+      s.seen.accepted = true;
       this.#opened(true);
       this.#deaf = undefined;
       openTimer = this.#clock.setTimer(() => this.#succeeded(), VERY_SHORT_WATCH_MS);
     };
-    const idleTimeoutMs = o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS;
     try {
-      for await (
-        const batch of o.client.watchBatches<T>(o.resource, {
-          namespace: o.namespace,
-          labelSelector: o.labelSelector,
-          fieldSelector: o.fieldSelector,
-          resourceVersion: initial ? undefined : rv,
-          allowWatchBookmarks: true,
-          timeoutSeconds: this.#watchTimeoutSeconds(),
-          idleTimeoutMs,
-          idleIsFailure: memory.bookmarksSeen,
-          // After a quiet idle the reopening is the liveness check: it must be answered soon.
-          headersTimeoutMs: memory.checkLiveness
-            ? Math.min(QUIET_RECONNECT_HEADERS_MS, idleTimeoutMs)
-            : undefined,
-          sendInitialEvents: initial || undefined,
-          resourceVersionMatch: initial ? "NotOlderThan" : undefined,
-          onOpen,
-          signal,
-        })
-      ) {
+      const opts = this.#watchOptions(memory, initial, onOpen, signal);
+      for await (const batch of o.client.watchBatches<T>(o.resource, opts)) {
         // One batch is every frame of one chunk of the stream (decodeWatchBatches).
         for (const ev of batch) {
-          events++;
           if (this.#failingSinceMs !== undefined) this.#succeeded();
-          const obj = ev.object as T;
-          const newRv = obj.metadata?.resourceVersion;
-          switch (ev.type) {
-            case "ADDED":
-            case "MODIFIED":
-              if (replacement) pending.push(obj);
-              else o.store.upsert(obj);
-              break;
-            case "DELETED":
-              o.store.remove(obj);
-              break;
-            case "BOOKMARK":
-              seen.bookmarks = true;
-              if (
-                replacement &&
-                obj.metadata?.annotations?.["k8s.io/initial-events-end"] === "true"
-              ) {
-                replacement.add(pending);
-                pending = [];
-                const diff = replacement.finish();
-                replacement = undefined;
-                this.#markSynced();
-                this.#emit({
-                  type: "listed",
-                  resourceVersion: newRv ?? rv,
-                  items: o.store.size,
-                  pages: 0,
-                  ...diff,
-                });
-              }
-              break;
-            default: {
-              const never: never = ev;
-              throw new Error(`unexpected watch event ${JSON.stringify(never)}`);
-            }
-          }
-          if (newRv) {
-            rv = newRv;
-            if (!replacement) seen.appliedResourceVersion = rv;
-          }
+          applyWatchEvent(o.store, s, ev, (diff, rv) => {
+            this.#apply(step(this.#state, { type: "watchListSynced", resourceVersion: rv }));
+            this.#markSynced();
+            this.#emit({
+              type: "listed",
+              resourceVersion: rv,
+              items: o.store.size,
+              pages: 0,
+              ...diff,
+            });
+          });
         }
         // Once per batch (a chunk of the stream), not per event.
-        if (replacement && pending.length > 0) {
-          replacement.add(pending);
-          pending = [];
+        if (s.replacement && s.pending.length > 0) {
+          s.replacement.add(s.pending);
+          s.pending = [];
         }
-        if (!initial) {
-          this.#apply(step(this.#state, { type: "watchProgress", resourceVersion: rv }));
+        if (!s.replacement) {
+          this.#apply(step(this.#state, { type: "watchProgress", resourceVersion: s.rv }));
         }
       }
     } finally {
       if (openTimer !== undefined) this.#clock.clearTimer(openTimer);
-      if (seen.accepted) this.#opened(false);
+      if (s.seen.accepted) this.#opened(false);
       this.#openWatches--;
     }
-    return { rv, events, synced: !replacement };
+    return s;
+  }
+
+  /** The client's options for one watch (see {@link Reflector.#watch}). */
+  #watchOptions(
+    memory: ReflectorMemory,
+    initial: boolean,
+    onOpen: () => void,
+    signal: AbortSignal,
+  ): WatchOptions {
+    const o = this.#o;
+    const idleTimeoutMs = o.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS;
+    return {
+      namespace: o.namespace,
+      labelSelector: o.labelSelector,
+      fieldSelector: o.fieldSelector,
+      resourceVersion: initial ? undefined : memory.resourceVersion,
+      allowWatchBookmarks: true,
+      timeoutSeconds: this.#watchTimeoutSeconds(),
+      idleTimeoutMs,
+      idleIsFailure: memory.bookmarksSeen,
+      // After a quiet idle the reopening is the liveness check: it must be answered soon.
+      headersTimeoutMs: memory.checkLiveness
+        ? Math.min(QUIET_RECONNECT_HEADERS_MS, idleTimeoutMs)
+        : undefined,
+      sendInitialEvents: initial || undefined,
+      resourceVersionMatch: initial ? "NotOlderThan" : undefined,
+      onOpen,
+      signal,
+    };
   }
 
   /** Tells `onWatchOpen` and the open-watches gauge that the watch opened or ended. */
@@ -579,14 +485,4 @@ export class Reflector<T extends KubeObject> {
     this.#o.onWatchOpen?.(open);
     this.#o.metrics?.reflectorWatchesOpen.inc({ resource: this.#o.resource.plural }, open ? 1 : -1);
   }
-}
-
-/** The runtime's `reflector` log category with the resource's plural as `resource`. */
-function defaultLogger(resource: ResourceType): ReflectorLogger {
-  const l = log("reflector").with({ resource: resource.plural });
-  return {
-    info: (m, p) => l.info(m, p),
-    warn: (m, p) => l.warn(m, p),
-    debug: (m, p) => l.debug(m, p),
-  };
 }

@@ -9,10 +9,10 @@ import type { ConnectionHealth } from "../kube/connection.ts";
 import { ApiError } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { unreachable } from "./controller.ts";
-import { errorText } from "./log.ts";
+import { errorText, log } from "./log.ts";
 import { MESSAGES, OUTAGE_NOTE } from "./messages.ts";
 import type { Metrics } from "./metrics.ts";
-import type { ReflectorEvent } from "./reflector.ts";
+import type { ReflectorEvent } from "./reflector_machine.ts";
 
 /** One log level: a message and its structured properties (LogTape's `Logger` fits). */
 export type LogLevelFn = (message: string, props: Record<string, unknown>) => void;
@@ -136,4 +136,14 @@ export function listWatchHint(err: unknown, resource: ResourceType): { hint?: st
     return { hint: `this user may not list or watch ${what}: check its RBAC` };
   }
   return {};
+}
+
+/** The runtime's `reflector` log category with the resource's plural as `resource`. */
+export function defaultReflectorLogger(resource: ResourceType): ReflectorLogger {
+  const l = log("reflector").with({ resource: resource.plural });
+  return {
+    info: (m, p) => l.info(m, p),
+    warn: (m, p) => l.warn(m, p),
+    debug: (m, p) => l.debug(m, p),
+  };
 }

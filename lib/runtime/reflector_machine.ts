@@ -14,7 +14,39 @@
  */
 import { isGone } from "../kube/errors.ts";
 import { WatchIdleError, WatchRestartError } from "../kube/watch.ts";
-import type { ReflectorEvent } from "./reflector.ts";
+
+/** What the reflector reports as it goes (for logs, metrics and readiness). */
+export type ReflectorEvent =
+  | {
+    type: "listed";
+    resourceVersion: string;
+    items: number;
+    pages: number;
+    added: number;
+    updated: number;
+    deleted: number;
+  }
+  | { type: "watchStarted"; resourceVersion: string }
+  | { type: "watchEnded"; resourceVersion: string; events: number }
+  | { type: "relist"; reason: "gone"; phase: "list" | "watch"; resourceVersion: string }
+  /** A continue token expired mid-list (410): the list is read again in one piece. */
+  | { type: "listExpired"; detail: string }
+  /**
+   * A watch delivered no byte for the idle bound and is reopened from the last resourceVersion.
+   * `quiet`: nothing says its connection died — this reflector's watches never received a
+   * bookmark (an apiserver without a watch cache sends none), the watch had been accepted and
+   * the path to the apiserver is healthy — so the silence is normal and the reopening is the
+   * liveness check, not a failure. Otherwise (a bookmark missed, no headers, other requests
+   * failing too) the informer was deaf and is marked so.
+   */
+  | { type: "idle"; resourceVersion: string; idleMs: number; quiet: boolean }
+  | {
+    type: "restart";
+    why: WatchRestartError["why"];
+    resourceVersion: string;
+    detail: string;
+  }
+  | { type: "error"; phase: "list" | "watch"; error: unknown; retryInMs: number };
 
 /**
  * A watch ending sooner than this (ms) without any event is a failure (backoff); client-go
@@ -97,8 +129,10 @@ export interface WatchOutcome {
  * - `listFailed`: the list threw `error`.
  * - `listContinueExpired`: a later page of the list was answered 410 (its continue token expired);
  *   the client reads the list again in one piece, and the store's replace starts over.
+ * - `watchListSynced`: a WatchList stream's initial events are complete (the
+ *   `initial-events-end` bookmark came, at `resourceVersion`); the stream goes on as a watch.
  * - `watchListEnded`: a WatchList stream ended normally; `synced`: its initial events were
- *   complete (the `initial-events-end` bookmark came).
+ *   complete.
  * - `watchListFailed`: a WatchList stream threw `error`.
  * - `watchProgress`: a watch applied events up to `resourceVersion` (once per chunk of the stream).
  * - `watchEnded`: a watch ended normally after `durationMs` with `events` events.
@@ -111,6 +145,7 @@ export type ReflectorInput =
   | { type: "listed"; resourceVersion: string }
   | { type: "listFailed"; error: unknown }
   | { type: "listContinueExpired"; detail: string }
+  | { type: "watchListSynced"; resourceVersion: string }
   | { type: "watchListEnded"; synced: boolean } & WatchOutcome
   | { type: "watchListFailed"; error: unknown } & WatchOutcome
   | { type: "watchProgress"; resourceVersion: string }
@@ -218,6 +253,12 @@ function fromListing(
       return {
         state,
         effects: [{ type: "report", event: { type: "listExpired", detail: input.detail } }],
+      };
+    case "watchListSynced":
+      // The same stream goes on as an ordinary watch: its end or failure is a watch's.
+      return {
+        state: watching({ ...memory, resourceVersion: input.resourceVersion, goneInARow: 0 }),
+        effects: NOTHING,
       };
     case "watchListEnded": {
       const m = observed(memory, input);

@@ -299,6 +299,10 @@ Deno.test("step: WatchList syncs, falls back to lists on 4xx, syncs again on 410
   });
   assertEquals(synced.state.phase, "watching");
   assertEquals([mem(synced.state).resourceVersion, mem(synced.state).goneInARow], ["30", 0]);
+  // Synced on the way: the same stream goes on as a watch.
+  const onTheWay = step(s, { type: "watchListSynced", resourceVersion: "31" });
+  assertEquals(onTheWay.state.phase, "watching");
+  assertEquals([mem(onTheWay.state).resourceVersion, mem(onTheWay.state).goneInARow], ["31", 0]);
   const early = step(s, { type: "watchListEnded", synced: false, ...outcome() });
   assertEquals(early.state.phase === "backoff" && early.state.resume, "listing");
   const refused = step(s, {
