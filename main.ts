@@ -21,6 +21,12 @@ import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
 import { MEMORY_DEBUG_ADDRESS_ENV, serveMemoryDebug } from "./lib/runtime/memory_debug.ts";
 import { parseBindAddress } from "./lib/runtime/health.ts";
 
+/**
+ * Set to `1` (tests/e2e/harness.ts does), the informers' caches are deep-frozen, so that code
+ * mutating a cached object throws (`ManagerOptions.freezeCache`). Debug only.
+ */
+const FREEZE_CACHE_ENV = "APPSERVICE_DEBUG_FREEZE_CACHE";
+
 /** Prints one line on stderr and exits 1. */
 function fail(message: string): never {
   console.error(`error: ${message}`);
@@ -227,6 +233,8 @@ async function main(): Promise<number> {
     listPageSize: v["list-page-size"],
     useWatchList: v["watch-list"],
     startGate: connected,
+    // Debug only (the end-to-end tests): a mutation of a cached object throws.
+    freezeCache: Deno.env.get(FREEZE_CACHE_ENV) === "1",
   });
   addAppServiceController(manager);
   // Debug only (deno task bench): a memory report on its own address; unset in production.

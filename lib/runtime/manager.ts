@@ -31,9 +31,9 @@
  *
  * @module
  */
-import { MESSAGES } from "./messages.ts";
+import { MESSAGES, OUTAGE_NOTE } from "./messages.ts";
 import { KubeClient, type KubeObject } from "../kube/client.ts";
-import { ApiError, isFenced, isThrottled } from "../kube/errors.ts";
+import { isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { realClock } from "./clock.ts";
 import { collectGarbage, exposedGc, IDLE_GC_POLL_MS, idleCollectionDue } from "./collect.ts";
@@ -66,7 +66,7 @@ import type { HandoverReport } from "./handover.ts";
 import { Metrics } from "./metrics.ts";
 import { startMetricsServer } from "./metrics_server.ts";
 import { passes, type Predicate } from "./predicates.ts";
-import { DEFAULT_WATCH_IDLE_TIMEOUT_MS, Reflector, type ReflectorEvent } from "./reflector.ts";
+import { DEFAULT_WATCH_IDLE_TIMEOUT_MS, Reflector } from "./reflector.ts";
 import {
   CONTROLLER_UID_INDEX,
   controllerUidIndex,
@@ -136,7 +136,7 @@ export interface ManagerOptions {
   gracefulShutdownTimeoutMs?: number;
   /** Default namespace of informers (one namespace only); "" (the default) for all. */
   watchNamespace?: string;
-  /** A watch silent (no byte, bookmarks included) this long is reconnected; default 3 min. */
+  /** A watch silent (no byte, bookmarks included) this long is reconnected; default 75 s. */
   watchIdleTimeoutMs?: number;
   /** Page size of the informers' lists; default the reflector's (500, client-go's pager). */
   listPageSize?: number;
@@ -146,7 +146,7 @@ export interface ManagerOptions {
    * new as a consistent list, streamed from the watch cache) where the apiserver supports it, else
    * with a consistent paged list; default false (client-go's reflector uses it by default from
    * v0.35, its WatchListClient feature, k8s.io/client-go features/known_features.go; here paged
-   * lists measured faster, see lib/runtime/reflector.ts).
+   * lists measured faster, see docs/design/reflector.md).
    */
   useWatchList?: boolean;
   /**
@@ -160,6 +160,11 @@ export interface ManagerOptions {
    * start-up ends with one line). Default: none.
    */
   startGate?: Promise<unknown>;
+  /**
+   * Deep-freeze the objects in the informers' caches (`StoreOptions.freeze`), so that code
+   * mutating a cached object throws. For tests; default false.
+   */
+  freezeCache?: boolean;
 }
 
 /** How often (ms) the manager looks whether the first pass is over, for its first GC. */
@@ -242,6 +247,7 @@ export class Manager {
       watchNamespace: o.watchNamespace ?? "",
       watchIdleTimeoutMs: o.watchIdleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
       useWatchList: o.useWatchList ?? false,
+      freezeCache: o.freezeCache ?? false,
     };
     if (this.#o.leaderElect && !this.#o.leaderElectionId) {
       throw new Error("leaderElect needs a leaderElectionId (the Lease's name)");
@@ -299,6 +305,7 @@ export class Manager {
       const store = new Store<T>({
         onHandlerError: (err) => this.#log.error("Event handler failed", { error: errorText(err) }),
         transform: opts.transform,
+        freeze: this.#o.freezeCache,
       });
       this.#transforms.set(id, opts.transform);
       inf = {
@@ -435,12 +442,7 @@ export class Manager {
       (level: "info" | "warn" | "debug") => (message: string, props: Record<string, unknown>) =>
         this.#logOrHold(() => reflectorLog[level](message, props));
     const logger = { info: holdable("info"), warn: holdable("warn"), debug: holdable("debug") };
-    const watchLabels = { resource: resource.plural };
-    // The series exist (at 0) before the first list and watch.
-    o.metrics.reflectorLists.inc(watchLabels, 0);
-    o.metrics.reflectorRelists.inc(watchLabels, 0);
-    o.metrics.reflectorWatchesOpen.inc(watchLabels, 0);
-    const r = new Reflector<T>({
+    return new Reflector<T>({
       client: o.client,
       resource,
       store,
@@ -450,78 +452,9 @@ export class Manager {
       idleTimeoutMs: o.watchIdleTimeoutMs,
       pageSize: o.listPageSize,
       useWatchList: o.useWatchList,
-      onWatchOpen: (open) => o.metrics.reflectorWatchesOpen.inc(watchLabels, open ? 1 : -1),
-      onEvent: (ev: ReflectorEvent) => {
-        switch (ev.type) {
-          case "listed":
-            o.metrics.reflectorLists.inc(watchLabels);
-            logger.info(MESSAGES.listed, {
-              resourceVersion: ev.resourceVersion,
-              items: ev.items,
-              pages: ev.pages,
-              added: ev.added,
-              updated: ev.updated,
-              deleted: ev.deleted,
-            });
-            break;
-          case "watchStarted":
-            logger.debug("Watch started", { resourceVersion: ev.resourceVersion });
-            break;
-          case "watchEnded":
-            logger.debug("Watch ended", { resourceVersion: ev.resourceVersion, events: ev.events });
-            break;
-          case "relist":
-            o.metrics.reflectorRelists.inc(watchLabels);
-            logger.warn(ev.phase === "list" ? MESSAGES.listGone : MESSAGES.relisting, {
-              resourceVersion: ev.resourceVersion,
-            });
-            break;
-          case "listExpired":
-            logger.info(MESSAGES.listContinueExpired, { detail: ev.detail });
-            break;
-          case "idle":
-            // With bookmarks, the silence missed one: the informer was deaf for the bound. Without
-            // (no watch cache), a quiet stream is normal and its reopening is the liveness check;
-            // a reopening that fails is logged as a failed watch.
-            (ev.quiet ? logger.debug : logger.info)(MESSAGES.watchIdle, {
-              resourceVersion: ev.resourceVersion,
-              idleMs: ev.idleMs,
-              quiet: ev.quiet,
-            });
-            break;
-          case "restart":
-            logger.info("Watch restarted", {
-              why: ev.why,
-              resourceVersion: ev.resourceVersion,
-              detail: ev.detail,
-            });
-            break;
-          case "error":
-            o.metrics.reflectorWatchErrors.inc({ resource: resource.plural });
-            // While the apiserver is unreachable one line tells the outage (claimReport); every
-            // other list or watch failing with it goes to debug.
-            {
-              const down = unreachable(ev.error, o.client.health);
-              const claimed = down && o.client.health.claimReport();
-              (down && !claimed ? logger.debug : logger.warn)(
-                ev.phase === "list" ? "List failed" : "Watch failed",
-                {
-                  error: errorText(ev.error),
-                  retryInMs: Math.round(ev.retryInMs),
-                  ...(claimed ? { outage: OUTAGE_NOTE } : {}),
-                  ...listWatchHint(ev.error, resource),
-                },
-              );
-            }
-            break;
-          default: {
-            const never: never = ev;
-            logger.debug("Reflector event", { event: never });
-          }
-        }
-      },
+      logger,
+      metrics: o.metrics,
     });
-    return r;
   }
 
   #logOrHold(line: () => void): void {
@@ -928,34 +861,8 @@ function logHandover(logger: Logger, lease: string, r: HandoverReport): void {
 }
 
 /** A listen call's error as a {@link ListenError} naming the server; other errors unchanged. */
-/**
- * Said on the one warning of an apiserver outage (the first list, watch or Event that failed for
- * want of an answer; ConnectionHealth.claimReport): the rest of the outage's failures go to debug.
- */
-const OUTAGE_NOTE =
-  "the apiserver is unreachable; further failures at debug level until it answers again";
-
 function listenFailure(server: ServerName, address: string, err: unknown): unknown {
   return err instanceof Deno.errors.AddrInUse || err instanceof Deno.errors.PermissionDenied
     ? new ListenError(server, address, err)
     : err;
-}
-
-/**
- * What a newcomer needs next to a failed list or watch (the log's `hint`): a 404 means the
- * apiserver does not serve the resource type (a CRD not installed, or deleted), a 403 that the
- * user may not list or watch it (RBAC). Branches on the HTTP code only; `{}` for anything else.
- */
-export function listWatchHint(err: unknown, resource: ResourceType): { hint?: string } {
-  if (!(err instanceof ApiError)) return {};
-  const what = `${resource.plural} (${resource.apiVersion})`;
-  if (err.code === 404) {
-    return {
-      hint: `the apiserver does not serve ${what}: is its CustomResourceDefinition installed?`,
-    };
-  }
-  if (err.code === 403) {
-    return { hint: `this user may not list or watch ${what}: check its RBAC` };
-  }
-  return {};
 }

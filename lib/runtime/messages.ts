@@ -30,3 +30,11 @@ export const MESSAGES = {
   /** This process gave the Lease up (shutdown). */
   releasedLease: "Released the Lease",
 } as const;
+
+/**
+ * The `outage` property of the one warning of an apiserver outage (the first list, watch or Event
+ * that failed for want of an answer; ConnectionHealth.claimReport): the rest of the outage's
+ * failures go to debug.
+ */
+export const OUTAGE_NOTE =
+  "the apiserver is unreachable; further failures at debug level until it answers again";

@@ -81,8 +81,12 @@ export {
 } from "./predicates.ts";
 export { type QueueHooks, type QueueOptions, WorkQueue } from "./queue.ts";
 export {
+  type LogLevelFn,
   Reflector,
   type ReflectorEvent,
+  type ReflectorLogger,
+  type ReflectorMemory,
+  type ReflectorMetrics,
   type ReflectorOptions,
   type ReflectorState,
 } from "./reflector.ts";

@@ -1,7 +1,7 @@
 /**
  * The informer cache: objects keyed `namespace/name` (or `name` for cluster-scoped), secondary
  * indexes, and add/update/delete handlers that receive old and new objects (client-go
- * `cache.Indexer` + `ResourceEventHandler`).
+ * `cache.Indexer` + `ResourceEventHandler`). Design notes and figures: docs/design/reflector.md.
  *
  * Rules:
  * - {@link Store.replace} (after a list) diffs against the cache: objects gone since the last
@@ -11,9 +11,12 @@
  *   by a controller (controller-runtime offers the same transform).
  * - The store owns the objects it is given (the reflector hands it freshly decoded ones): dropping
  *   managedFields sets `metadata.managedFields` to undefined in place instead of copying the
- *   object. Measured with `deno task bench:watch`'s side over 10,000 replayed events: median
- *   54,600 vs 37,700 events/s with a copy, and ~8% less heap per object. Callers must not keep
+ *   object (cheaper; docs/design/reflector.md, "Collections at rest"). Callers must not keep
  *   using an object after giving it to the store, except to read it.
+ * - Objects handed to readers (get, list, byIndex, handlers) are the cache's own: read-only for
+ *   everyone. With `freeze` (on in the tests) they are deep-frozen as they enter the cache, so a
+ *   stray mutation throws (in strict-mode code, i.e. every module) instead of corrupting the
+ *   cache for every other reader.
  * - A `transform` (controller-runtime's cache `TransformFunc`, kube-rs reflector's `modify`) runs
  *   on every object before it is cached or handed to handlers, after managedFields are dropped:
  *   it may delete fields nobody reads, to keep the cache small. What it removes is gone for every
@@ -22,6 +25,12 @@
  * - A list can be applied page by page ({@link Store.beginReplace}): each page's objects are
  *   cached (and their handlers told) as the page arrives, and the deletes of objects no page held
  *   come at the end, so a reflector never holds more than one page of a list besides the cache.
+ *   A reader during a relist therefore sees it half-applied: for each key the old or the new
+ *   object (never a mix of both), objects of pages not yet read at their old state, and objects
+ *   gone from the apiserver still cached until the replace finishes. Every change is also an
+ *   event, so a level-based controller reconciles again once the relist is through. kube-rs swaps
+ *   the whole new state in at once instead; the memory trade is in docs/design/reflector.md,
+ *   "Paged replace".
  * - Handlers run synchronously in order of registration; a throwing handler is reported through
  *   `onHandlerError` and does not stop the others.
  *
@@ -79,6 +88,23 @@ export interface StoreOptions<T> {
    * See the module doc for what it must keep. Must not throw.
    */
   transform?: (obj: T) => T;
+  /**
+   * Deep-freeze every object as it enters the cache (after managedFields are dropped and the
+   * transform ran), so that a reader mutating a cached object throws a TypeError. Default false:
+   * freezing walks every object; the tests turn it on.
+   */
+  freeze?: boolean;
+}
+
+/**
+ * Freezes `value` and everything reachable from it through own properties (objects and arrays);
+ * returns it. Already frozen parts are not walked again.
+ */
+export function deepFreeze<V>(value: V): V {
+  if (value === null || typeof value !== "object" || Object.isFrozen(value)) return value;
+  Object.freeze(value);
+  for (const v of Object.values(value)) deepFreeze(v);
+  return value;
 }
 
 /** Counts of one replace: objects new to the cache, changed (new resourceVersion), removed. */
@@ -110,6 +136,7 @@ export class Store<T extends KubeObject> {
   /** Method syntax: checked bivariantly, so a Store<Pod> is still a Store<KubeObject>. */
   #transformer?: { fn(obj: T): T };
   #onHandlerError: (err: unknown) => void;
+  #freeze: boolean;
 
   /**
    * An empty store with the given indexes.
@@ -124,6 +151,7 @@ export class Store<T extends KubeObject> {
     this.#keepManagedFields = !!o.keepManagedFields;
     if (o.transform) this.#transformer = { fn: o.transform };
     this.#onHandlerError = o.onHandlerError ?? ((e) => console.error(e));
+    this.#freeze = !!o.freeze;
   }
 
   /**
@@ -191,13 +219,14 @@ export class Store<T extends KubeObject> {
 
   /**
    * Drops managedFields in place (see the module doc: the store owns what it is given), then
-   * applies the transform.
+   * applies the transform, then freezes the result if asked to.
    */
   #strip(obj: T): T {
     if (!this.#keepManagedFields && obj.metadata?.managedFields) {
       obj.metadata.managedFields = undefined;
     }
-    return this.#transformer ? this.#transformer.fn(obj) : obj;
+    const out = this.#transformer ? this.#transformer.fn(obj) : obj;
+    return this.#freeze ? deepFreeze(out) : out;
   }
 
   #index(key: string, obj: T | undefined, old: T | undefined): void {

@@ -229,7 +229,8 @@ export async function startOperator(
       ...(plainMetrics ? ["--metrics-secure=false"] : []),
       ...args,
     ],
-    env: { KUBECONFIG: "", ...env },
+    // APPSERVICE_DEBUG_FREEZE_CACHE (main.ts): a mutation of a cached object throws.
+    env: { KUBECONFIG: "", APPSERVICE_DEBUG_FREEZE_CACHE: "1", ...env },
     stdin: "null",
     stdout: "piped",
     stderr: "piped",

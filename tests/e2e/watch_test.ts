@@ -61,7 +61,7 @@ function startReflector<T extends KubeObject>(
   client: KubeClient,
   o: Omit<ReflectorOptions<T>, "client" | "store" | "onEvent">,
 ): Running<T> {
-  const store = new Store<T>();
+  const store = new Store<T>({ freeze: true });
   const events: ReflectorEvent[] = [];
   const calls: StoreCall[] = [];
   const rec = (type: StoreCall["type"]) => (obj: T) =>
@@ -708,7 +708,7 @@ Deno.test("watch: WatchList — a cut after the initial events resumes a plain w
     await t.step("cut once synced; changes while cut; resume", async () => {
       const st = ref.reflector.state;
       assert(st.phase === "watching", `state ${JSON.stringify(st)}`);
-      rvAtCut = st.resourceVersion;
+      rvAtCut = st.memory.resourceVersion;
       cutAt = Date.now();
       proxy.cut();
       await waitFor(

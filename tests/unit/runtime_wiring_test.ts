@@ -40,6 +40,7 @@ function manager(watchNamespace = ""): Manager {
   return new Manager({
     client,
     metrics: new Metrics(),
+    freezeCache: true,
     metricsBindAddress: "0",
     healthProbeBindAddress: "0",
     leaderElect: false,

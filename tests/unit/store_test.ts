@@ -1,9 +1,10 @@
 import fc from "fast-check";
-import { assertEquals, assertRejects } from "../assert.ts";
+import { assert, assertEquals, assertRejects } from "../assert.ts";
 import type { KubeObject } from "../../lib/kube/client.ts";
 import {
   CONTROLLER_UID_INDEX,
   controllerUidIndex,
+  deepFreeze,
   objectKey,
   splitKey,
   Store,
@@ -21,6 +22,16 @@ const obj = (name: string, rv: string, owner?: string): KubeObject => ({
   },
 });
 
+/** What `fn` threw ("none" if nothing): the name of the error. */
+function thrown(fn: () => unknown): string {
+  try {
+    fn();
+    return "none";
+  } catch (err) {
+    return (err as Error).name;
+  }
+}
+
 function recorder(store: Store<KubeObject>) {
   const log: string[] = [];
   store.addHandler({
@@ -35,7 +46,10 @@ function recorder(store: Store<KubeObject>) {
 }
 
 Deno.test("store: keys, split, managedFields dropped, owner index", () => {
-  const s = new Store<KubeObject>({ indexes: { [CONTROLLER_UID_INDEX]: controllerUidIndex } });
+  const s = new Store<KubeObject>({
+    freeze: true,
+    indexes: { [CONTROLLER_UID_INDEX]: controllerUidIndex },
+  });
   s.upsert(obj("a", "1", "u1"));
   s.upsert(obj("b", "1", "u1"));
   s.upsert(obj("c", "1", "u2"));
@@ -51,19 +65,19 @@ Deno.test("store: keys, split, managedFields dropped, owner index", () => {
 });
 
 Deno.test("store: managedFields cleared in place on the object given (no copy), kept on request", () => {
-  const s = new Store<KubeObject>();
+  const s = new Store<KubeObject>({ freeze: true });
   const given = obj("a", "1");
   s.upsert(given);
   assertEquals(s.get("ns/a") === given, true, "the store copied the object");
   assertEquals(given.metadata?.managedFields, undefined);
   assertEquals(JSON.stringify(s.get("ns/a")).includes("managedFields"), false);
-  const keep = new Store<KubeObject>({ keepManagedFields: true });
+  const keep = new Store<KubeObject>({ freeze: true, keepManagedFields: true });
   keep.upsert(obj("a", "1"));
   assertEquals(keep.get("ns/a")?.metadata?.managedFields, [{ manager: "m" }]);
 });
 
 Deno.test("store: replace emits deletes for vanished objects and nothing for unchanged ones", () => {
-  const s = new Store<KubeObject>();
+  const s = new Store<KubeObject>({ freeze: true });
   const log = recorder(s);
   s.replace([obj("a", "1"), obj("b", "1"), obj("c", "1")]);
   log.length = 0;
@@ -80,7 +94,10 @@ Deno.test("store: property — after replace the store equals the list, whatever
     fc.array(fc.tuple(fc.integer({ min: 0, max: 20 }), fc.integer({ min: 1, max: 3 }))),
     fc.array(fc.tuple(fc.integer({ min: 0, max: 20 }), fc.integer({ min: 1, max: 3 }))),
     (before, after) => {
-      const s = new Store<KubeObject>({ indexes: { [CONTROLLER_UID_INDEX]: controllerUidIndex } });
+      const s = new Store<KubeObject>({
+        freeze: true,
+        indexes: { [CONTROLLER_UID_INDEX]: controllerUidIndex },
+      });
       for (const [n, rv] of before) s.upsert(obj(`o${n}`, String(rv), `u${n % 3}`));
       const uniq = new Map(after.map(([n, rv]) => [n, rv]));
       const list = [...uniq].map(([n, rv]) => obj(`o${n}`, String(rv), `u${n % 3}`));
@@ -94,7 +111,7 @@ Deno.test("store: property — after replace the store equals the list, whatever
 });
 
 Deno.test("store: a list applied page by page: pages cached as they come, deletes at the end", async () => {
-  const s = new Store<KubeObject>();
+  const s = new Store<KubeObject>({ freeze: true });
   const log = recorder(s);
   s.replace([obj("a", "1"), obj("b", "1"), obj("c", "1")]);
   log.length = 0;
@@ -124,8 +141,8 @@ Deno.test("store: property — pages in any split give the same store and events
     (before, after, pageSize) => {
       const list = () =>
         [...new Map(after.map(([n, rv]) => [n, rv]))].map(([n, rv]) => obj(`o${n}`, String(rv)));
-      const whole = new Store<KubeObject>();
-      const paged = new Store<KubeObject>();
+      const whole = new Store<KubeObject>({ freeze: true });
+      const paged = new Store<KubeObject>({ freeze: true });
       for (const [n, rv] of before) {
         whole.upsert(obj(`o${n}`, String(rv)));
         paged.upsert(obj(`o${n}`, String(rv)));
@@ -146,6 +163,7 @@ Deno.test("store: the transform runs on every object cached or handed out, after
   type Obj = KubeObject & { spec?: { big: string }; status?: { phase: string } };
   const seen: (unknown[] | undefined)[] = [];
   const s = new Store<Obj>({
+    freeze: true,
     transform: (o) => {
       seen.push(o.metadata?.managedFields);
       o.spec = undefined;
@@ -169,4 +187,66 @@ Deno.test("store: the transform runs on every object cached or handed out, after
   ]);
   assertEquals(seen.every((m) => m === undefined), true, "managedFields dropped first");
   assertEquals(seen.length, 4);
+});
+
+Deno.test("store: with freeze, a reader that mutates a cached object throws; without, it corrupts the cache", () => {
+  const frozen = new Store<KubeObject>({ freeze: true });
+  let handed: KubeObject | undefined;
+  frozen.addHandler({ add: (o) => handed = o });
+  frozen.upsert(obj("a", "1", "u1"));
+  const cached = frozen.get("ns/a")!;
+  assert(handed === cached, "handlers get the cache's own object");
+  assertEquals(thrown(() => (cached.metadata as { name?: string }).name = "z"), "TypeError");
+  assertEquals(thrown(() => cached.metadata!.ownerReferences![0].uid = "u2"), "TypeError");
+  assertEquals(
+    thrown(() => frozen.list()[0].metadata!.ownerReferences!.push({} as never)),
+    "TypeError",
+  );
+  assertEquals(frozen.get("ns/a")?.metadata?.resourceVersion, "1");
+  // Deletes hand out the final state frozen too.
+  let last: KubeObject | undefined;
+  frozen.addHandler({ delete: (o) => last = o });
+  frozen.remove(obj("a", "3"));
+  assertEquals(Object.isFrozen(last?.metadata), true);
+  // The control: the default store hands out mutable objects, and a mutation is seen by all.
+  const plain = new Store<KubeObject>();
+  plain.upsert(obj("a", "1"));
+  assertEquals(thrown(() => (plain.get("ns/a")!.metadata as { name?: string }).name = "z"), "none");
+  assertEquals(plain.get("ns/a")?.metadata?.name, "z");
+});
+
+Deno.test("store: deepFreeze freezes nested objects and arrays, and returns its argument", () => {
+  const o = { a: { b: [{ c: 1 }] }, d: null, e: "x" };
+  assert(deepFreeze(o) === o);
+  assertEquals(
+    [Object.isFrozen(o), Object.isFrozen(o.a), Object.isFrozen(o.a.b), Object.isFrozen(o.a.b[0])],
+    [true, true, true, true],
+  );
+});
+
+Deno.test("store: what a reader sees mid-relist (paged replace): per key old or new, deletes last", () => {
+  const s = new Store<KubeObject>({
+    freeze: true,
+    indexes: { [CONTROLLER_UID_INDEX]: controllerUidIndex },
+  });
+  s.replace([obj("a", "1", "u1"), obj("b", "1", "u1"), obj("c", "1", "u1")]);
+  // The apiserver now holds a@2, b@2 (moved to owner u2), and c is gone: relisted in two pages.
+  const r = s.beginReplace();
+  r.add([obj("a", "2", "u1")]);
+  // A reconcile running now sees the relist half-applied:
+  assertEquals(s.get("ns/a")?.metadata?.resourceVersion, "2"); // the first page: new
+  assertEquals(s.get("ns/b")?.metadata?.resourceVersion, "1"); // not read yet: old
+  assertEquals(s.get("ns/c")?.metadata?.resourceVersion, "1"); // gone, but still cached
+  assertEquals(s.byIndex(CONTROLLER_UID_INDEX, "u1").map(objectKey).sort(), [
+    "ns/a",
+    "ns/b",
+    "ns/c",
+  ]);
+  r.add([obj("b", "2", "u2")]);
+  assertEquals(s.byIndex(CONTROLLER_UID_INDEX, "u2").map(objectKey), ["ns/b"]);
+  assertEquals(s.get("ns/c")?.metadata?.resourceVersion, "1"); // deletes come only at the end
+  r.finish();
+  // Once finished, the store equals the list, and the index agrees.
+  assertEquals(s.keys().sort(), ["ns/a", "ns/b"]);
+  assertEquals(s.byIndex(CONTROLLER_UID_INDEX, "u1").map(objectKey), ["ns/a"]);
 });

@@ -361,7 +361,7 @@ function runReflector(
   o: { useWatchList?: boolean } = {},
 ) {
   const clock = new FakeClock();
-  const store = new Store<Obj>();
+  const store = new Store<Obj>({ freeze: true });
   const calls: string[] = [];
   store.addHandler({
     add: (x) => calls.push(`add ${x.metadata.name}@${x.metadata.resourceVersion}`),
