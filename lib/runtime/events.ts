@@ -121,7 +121,7 @@ export class EventWriteError extends Error {
       } else if (fencedBeforeSending(cause)) {
         sent = "no";
         why = `not sent (${
-          cause.reason === "NotLeader"
+          cause.reason === "NotHeld"
             ? "this process does not hold the Lease"
             : "the last Lease renewal is past the renew deadline"
         })`;

@@ -43,7 +43,7 @@ export {
 } from "./controller.ts";
 export { EventRecorder, type EventRecorderOptions, type EventSpec } from "./events.ts";
 export { ListenError, type ServerName } from "./health.ts";
-export { type FenceStamp, LeaseFence } from "./leader.ts";
+export { type FenceStamp, type LeadershipState, LeaseFence, type Term } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {
   errorText,

@@ -17,7 +17,7 @@ import {
   defaultErrorPolicy,
   type ReconcileContext,
 } from "../../lib/runtime/controller.ts";
-import { ApiError, FencedError } from "../../lib/kube/errors.ts";
+import { ApiError, FencedError, isFenced } from "../../lib/kube/errors.ts";
 import { Metrics } from "../../lib/runtime/metrics.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -483,7 +483,7 @@ Deno.test("controller: fence() aborts in-flight reconciles at once (lost Lease)"
   await until("in flight", () => signal !== undefined);
   c.fence();
   assert(signal!.aborted);
-  assert(/leadership lost/.test(String((signal!.reason as Error).message)));
+  assert(isFenced(signal!.reason) && signal!.reason.reason === "NotHeld", String(signal!.reason));
   stop.abort();
   await run;
 });
@@ -535,7 +535,7 @@ Deno.test("controller S16: a throttled reconcile is requeued after max(backoff, 
 });
 
 Deno.test("controller: the error policy maps errors to requeue decisions (fenced, throttled, conflict, other)", async () => {
-  const fenced = new FencedError("RenewalStale", "PATCH /x", 3_500);
+  const fenced = new FencedError("Stale", "PATCH /x", 3_500);
   const f = defaultErrorPolicy(fenced);
   assert(f?.requeue && f.expected && !f.minDelayMs, JSON.stringify(f));
   const t = defaultErrorPolicy(new ApiError(429, {}, { retryAfterSeconds: 3 }));
