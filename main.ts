@@ -8,7 +8,7 @@
  */
 import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client.ts";
-import { type ClusterConfig, loadClusterConfig } from "./lib/kube/config.ts";
+import { loadClusterConfig } from "./lib/kube/config.ts";
 import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { describeProxy } from "./lib/kube/proxy.ts";
@@ -16,7 +16,7 @@ import { Manager } from "./lib/runtime/manager.ts";
 import { ListenError } from "./lib/runtime/health.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
-import { REVIEW_TIMEOUT_MS } from "./lib/runtime/delegated_auth.ts";
+import { leaderElectionClient, reviewClient } from "./lib/runtime/clients.ts";
 import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
 import { MEMORY_DEBUG_ADDRESS_ENV, serveMemoryDebug } from "./lib/runtime/memory_debug.ts";
 import { parseBindAddress } from "./lib/runtime/health.ts";
@@ -72,23 +72,6 @@ async function whoAmI(client: KubeClient): Promise<string> {
   }
 }
 
-/**
- * The client of secure /metrics' TokenReviews and SubjectAccessReviews, of its own like the
- * Lease's: every replica answers scrapes, leading or not, so no write fence and no reconcile rate
- * limit may hold them up; retries are the reviews' own (lib/runtime/delegated_auth.ts). Its
- * connection health is its own too: scrapes do not decide whether the reconcilers' path (and
- * `/readyz`) is healthy.
- */
-function reviewClient(config: ClusterConfig, metrics: Metrics): KubeClient {
-  return new KubeClient(config, {
-    userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
-      `deno/${Deno.version.deno} metrics-auth`,
-    maxRetries: 0,
-    requestTimeoutMs: REVIEW_TIMEOUT_MS,
-    onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
-  });
-}
-
 async function main(): Promise<number> {
   let parsed;
   try {
@@ -122,6 +105,8 @@ async function main(): Promise<number> {
   // One view of the path to the apiserver for both clients: a Lease attempt that gets no answer,
   // or one that gets through again, tells about the reconcilers' and watches' connections too.
   const health = new ConnectionHealth();
+  const userAgent =
+    `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) deno/${Deno.version.deno}`;
   let client: KubeClient;
   let leaderClient: KubeClient;
   let authClient: KubeClient | undefined;
@@ -132,8 +117,7 @@ async function main(): Promise<number> {
       serviceAccountDir: Deno.env.get("APPSERVICE_SERVICE_ACCOUNT_DIR") || undefined,
     });
     client = new KubeClient(config, {
-      userAgent:
-        `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) deno/${Deno.version.deno}`,
+      userAgent,
       qps: v["kube-api-qps"],
       burst: v["kube-api-burst"] || undefined,
       maxRetries: 2,
@@ -141,17 +125,21 @@ async function main(): Promise<number> {
       onSendWrite,
       health,
     });
-    // Leader election gets its own client: no client-side rate limit shared with reconciles.
-    leaderClient = new KubeClient(config, {
-      userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
-        `deno/${Deno.version.deno} leader-election`,
-      maxRetries: 0,
-      // Not held back by the reconcilers' 429s: its attempts keep to the renew deadline.
-      retryAfterGate: false,
+    // The Lease's and the metrics reviews' clients of their own, with the runtime's defaults
+    // (lib/runtime/clients.ts); here only their user agent and request metrics are added.
+    leaderClient = leaderElectionClient(config, {
+      userAgent: `${userAgent} leader-election`,
       onRequest: onRequest("leader-election"),
       health,
     });
-    if (v["metrics-secure"]) authClient = reviewClient(config, metrics);
+    if (v["metrics-secure"]) {
+      // Its connection health is its own: scrapes do not decide `/readyz`.
+      authClient = reviewClient(config, {
+        userAgent: `${userAgent} metrics-auth`,
+        onRequest: (r) =>
+          metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      });
+    }
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message);
     fail(errorText(err));
@@ -212,7 +200,7 @@ async function main(): Promise<number> {
     metricsAuthClient: authClient,
     healthProbeBindAddress: v["health-probe-bind-address"],
     leaderElect: v["leader-elect"],
-    leaderElectionNamespace: v["leader-election-namespace"] || config.namespace,
+    leaderElectionNamespace: v["leader-election-namespace"], // "": the client's namespace
     leaderElectionId: v["leader-election-id"],
     leaseDurationSeconds: v["leader-elect-lease-duration"] / 1000,
     renewDeadlineMs: v["leader-elect-renew-deadline"],

@@ -52,6 +52,7 @@ export {
   LOG_LEVELS,
   type LogFormat,
   type Logger,
+  type LoggingOptions,
   type LogLevelName,
   type LogProperties,
   setupLogging,
@@ -63,7 +64,7 @@ export {
   type ManagerOptions,
 } from "./manager.ts";
 export { MESSAGES } from "./messages.ts";
-export { Metrics } from "./metrics.ts";
+export { Metrics, type MetricsOptions } from "./metrics.ts";
 export {
   anyOf,
   deletionOrFinalizersChanged,
