@@ -132,8 +132,7 @@ export interface ManagerOptions {
    * `resourceVersionMatch=NotOlderThan` and no resourceVersion, so the initial state is at least as
    * new as a consistent list, streamed from the watch cache) where the apiserver supports it, else
    * with a consistent paged list; default false (client-go's reflector uses it by default from
-   * v0.35, its WatchListClient feature, k8s.io/client-go features/known_features.go; here paged
-   * lists measured faster, see lib/runtime/reflector.ts).
+   * v0.35, its WatchListClient feature; why not here: lib/runtime/reflector.ts).
    */
   useWatchList?: boolean;
   /**

@@ -280,7 +280,7 @@ export class Metrics {
       registers,
     });
     // prom-client's nodejs_eventloop_lag_* metrics read a perf_hooks.monitorEventLoopDelay()
-    // histogram; Deno's keeps 12–20 MiB of counters (see eventloop.ts). Hand prom-client the
+    // histogram; Deno's is unbounded (docs/design/manager.md, eventloop.ts). Hand prom-client the
     // bounded one instead (sampling every 100 ms, whatever resolution it asks for), for this call
     // only: the metric names and help texts stay prom-client's.
     const original = perfHooks.monitorEventLoopDelay;
