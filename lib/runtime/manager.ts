@@ -477,7 +477,7 @@ export class Manager {
       whenAborted(signal).then(() => "signal" as const),
       (election?.lost ?? new Promise<never>(() => {})).then(() => "lost" as const),
     ]);
-    if (first === "signal" && election?.elector.isLeader) {
+    if (first === "signal" && election?.state.kind === "leading") {
       this.#log.info("Draining in-flight reconciles; still holding the Lease", {
         lease: `${o.leaderElectionNamespace}/${o.leaderElectionId}`,
         graceMs: o.gracefulShutdownTimeoutMs,
@@ -485,7 +485,7 @@ export class Manager {
     }
     this.#log.info("Shutting down", { reason: first === "lost" ? "lost the Lease" : "signal" });
     await groups.stop();
-    const exitCode = election?.elector.state.kind === "lost" ? 1 : 0;
+    const exitCode = election?.state.kind === "lost" ? 1 : 0;
     this.#log.info("Stopped", { exitCode });
     return exitCode;
   }
@@ -518,7 +518,7 @@ export class Manager {
         informers,
         client: o.client,
         trustHint,
-        lost: () => election?.elector.state.kind === "lost",
+        lost: () => election?.state.kind === "lost",
         ports: this.ports,
       }),
     );

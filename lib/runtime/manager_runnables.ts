@@ -22,15 +22,13 @@ import {
   type ServerName,
   serveRoutes,
 } from "./health.ts";
-import { LeaderElector, type Term } from "./leader.ts";
+import { LeaderElector, type LeadershipState, type Term } from "./leader.ts";
 import { errorText, log, type Logger } from "./log.ts";
 import { MESSAGES } from "./messages.ts";
 import type { Metrics } from "./metrics.ts";
 import { startMetricsServer } from "./metrics_server.ts";
-import type { Runnable } from "./runnables.ts";
-import { whenAborted } from "./runnables.ts";
-import { reviewClient } from "./clients.ts";
-import { leaderElectionClient } from "./clients.ts";
+import { type Runnable, whenAborted } from "./runnables.ts";
+import { leaderElectionClient, reviewClient } from "./clients.ts";
 
 /** How often (ms) the manager looks whether the first pass is over, for its first GC. */
 export const FIRST_PASS_POLL_MS = 250;
@@ -219,7 +217,7 @@ export function informerRunnable(inf: Informer<KubeObject>): Runnable {
  * {@link FIRST_PASS_MAX_WAIT_MS} after the sync), and again whenever the controllers go idle
  * after work, or at rest with enough new heap (`idleCollectionDue`, looked at every
  * `IDLE_GC_POLL_MS`). Only where V8 exposes `gc` (`--v8-flags=--expose-gc`); a no-op otherwise.
- * Why: docs/design/leadership.md does not cover it; see collect.ts.
+ * Why it pays: collect.ts.
  */
 export function collectionRunnable(
   informers: Informer<KubeObject>[],
@@ -313,34 +311,67 @@ export interface ElectionOptions {
 export class Election implements Runnable {
   /** For logs and errors. */
   readonly name = "leader-election";
-  /** The candidate (its `state` says whether this replica may write). */
-  readonly elector: LeaderElector;
   /** Resolves with the term once leading. */
   readonly leading: Promise<Term>;
   /** Resolves once the Lease is lost. */
   readonly lost: Promise<void>;
   readonly #o: ElectionOptions;
-  readonly #ownLeaseClient?: KubeClient;
+  #onLeading!: (t: Term) => void;
+  #onLost!: () => void;
+  /** Made by {@link Election.start}, with the Lease client (its own one only then). */
+  #elector?: LeaderElector;
+  #ownLeaseClient?: KubeClient;
   #done: Promise<unknown> = Promise.resolve();
 
-  /** A candidate that does not campaign before {@link Election.start}. */
+  /** A candidate that makes nothing and does not campaign before {@link Election.start}. */
   constructor(o: ElectionOptions) {
     this.#o = o;
+    this.leading = new Promise((r) => this.#onLeading = r);
+    this.lost = new Promise((r) => this.#onLost = r);
+    o.metrics.leaderStatus.set({ name: o.name }, 0);
+    for (const c of ["acquired", "lost", "released"] as const) {
+      o.metrics.leaderChanges.inc({ name: o.name, change: c }, 0);
+    }
+  }
+
+  /** The elector's state; `candidate` before {@link Election.start}. */
+  get state(): LeadershipState {
+    return this.#elector?.state ?? { kind: "candidate" };
+  }
+
+  /**
+   * Makes the elector (and the Lease's own client when none other than `client` was given), puts
+   * its fence on the reconcilers' client and campaigns until `signal` aborts.
+   */
+  start(signal: AbortSignal): void {
+    const elector = this.#elector = this.#makeElector();
+    // From now on every write of `client` needs a fresh Lease (docs/scenarios.md S13).
+    this.#o.client.setWriteFence(elector.fence);
+    this.#o.log.info("Waiting for the Lease", {
+      lease: `${this.#o.namespace}/${this.#o.name}`,
+      identity: this.#o.identity,
+    });
+    this.#done = elector.run(signal);
+  }
+
+  /** Waits for the elector to stop, releases the Lease if still held, closes its own client. */
+  async stopped(): Promise<void> {
+    await this.#done;
+    await this.#elector?.release(AbortSignal.timeout(RELEASE_TIMEOUT_MS));
+    this.#ownLeaseClient?.close();
+  }
+
+  #makeElector(): LeaderElector {
+    const o = this.#o;
     let leaseClient = o.leaseClient;
     if (!leaseClient || leaseClient === o.client) {
       leaseClient = this.#ownLeaseClient = leaderElectionClient(o.client.config, {
         health: o.client.health,
       });
     }
-    const leaseName = `${o.namespace}/${o.name}`;
+    const lease = `${o.namespace}/${o.name}`;
     const labels = { name: o.name };
-    const change = (c: "acquired" | "lost" | "released", n = 1) =>
-      o.metrics.leaderChanges.inc({ ...labels, change: c }, n);
-    let onLeading!: (t: Term) => void;
-    let onLost!: () => void;
-    this.leading = new Promise((r) => onLeading = r);
-    this.lost = new Promise((r) => onLost = r);
-    this.elector = new LeaderElector({
+    const elector: LeaderElector = new LeaderElector({
       client: leaseClient,
       namespace: o.namespace,
       name: o.name,
@@ -350,45 +381,25 @@ export class Election implements Runnable {
       retryPeriodMs: o.retryPeriodMs,
       onStartedLeading: () => {
         o.metrics.leaderStatus.set(labels, 1);
-        change("acquired");
-        o.log.info(MESSAGES.acquiredLease, { lease: leaseName, identity: o.identity });
-        const s = this.elector.state;
-        if (s.kind === "leading" || s.kind === "lost") onLeading(s.term);
+        o.metrics.leaderChanges.inc({ ...labels, change: "acquired" });
+        o.log.info(MESSAGES.acquiredLease, { lease, identity: o.identity });
+        const s = elector.state;
+        if (s.kind !== "candidate") this.#onLeading(s.term);
       },
       onStoppedLeading: (why) => {
         o.metrics.leaderStatus.set(labels, 0);
-        change(why);
+        o.metrics.leaderChanges.inc({ ...labels, change: why });
         if (why === "lost") {
-          o.log.error(MESSAGES.lostLease, { lease: leaseName });
-          onLost();
+          o.log.error(MESSAGES.lostLease, { lease });
+          this.#onLost();
         } else {
-          o.log.info(MESSAGES.releasedLease, { lease: leaseName });
+          o.log.info(MESSAGES.releasedLease, { lease });
         }
       },
-      onNewLeader: (holder) => o.log.info("Observed leader", { lease: leaseName, holder }),
-      onError: (err) =>
-        o.log.warn("Lease attempt failed", { lease: leaseName, error: errorText(err) }),
+      onNewLeader: (holder) => o.log.info("Observed leader", { lease, holder }),
+      onError: (err) => o.log.warn("Lease attempt failed", { lease, error: errorText(err) }),
     });
-    o.metrics.leaderStatus.set(labels, 0);
-    for (const c of ["acquired", "lost", "released"] as const) change(c, 0);
-  }
-
-  /** Puts the elector's fence on the reconcilers' client and campaigns until `signal` aborts. */
-  start(signal: AbortSignal): void {
-    // From now on every write of `client` needs a fresh Lease (docs/scenarios.md S13).
-    this.#o.client.setWriteFence(this.elector.fence);
-    this.#o.log.info("Waiting for the Lease", {
-      lease: `${this.#o.namespace}/${this.#o.name}`,
-      identity: this.#o.identity,
-    });
-    this.#done = this.elector.run(signal);
-  }
-
-  /** Waits for the elector to stop, releases the Lease if still held, closes its own client. */
-  async stopped(): Promise<void> {
-    await this.#done;
-    await this.elector.release(AbortSignal.timeout(RELEASE_TIMEOUT_MS));
-    this.#ownLeaseClient?.close();
+    return elector;
   }
 }
 
