@@ -6,18 +6,18 @@
  *
  * @module
  */
-import { helpText, parseFlags, VERSION } from "./lib/cli.ts";
+import { type FlagValues, helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client.ts";
-import { type ClusterConfig, loadClusterConfig } from "./lib/kube/config.ts";
+import { loadClusterConfig } from "./lib/kube/config.ts";
 import { ConnectionHealth } from "./lib/kube/connection.ts";
 import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
 import { describeProxy } from "./lib/kube/proxy.ts";
-import { Manager } from "./lib/runtime/manager.ts";
+import { Manager, type ManagerOptions } from "./lib/runtime/manager.ts";
 import { ListenError } from "./lib/runtime/health.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
-import { REVIEW_TIMEOUT_MS } from "./lib/runtime/delegated_auth.ts";
-import { errorText, log, setupLogging } from "./lib/runtime/log.ts";
+import { leaderElectionClient, reviewClient } from "./lib/runtime/clients.ts";
+import { errorText, log, type Logger, setupLogging } from "./lib/runtime/log.ts";
 import { MEMORY_DEBUG_ADDRESS_ENV, serveMemoryDebug } from "./lib/runtime/memory_debug.ts";
 import { parseBindAddress } from "./lib/runtime/health.ts";
 
@@ -78,21 +78,176 @@ async function whoAmI(client: KubeClient): Promise<string> {
   }
 }
 
+/** The reconcilers' client and the clients of their own beside it, with one connection health. */
+interface Clients {
+  /** Informers, reconcilers, Events (gets the Lease's write fence). */
+  client: KubeClient;
+  /** The Lease's. */
+  leaderClient: KubeClient;
+  /** Secure /metrics' reviews; with `--metrics-secure` only. */
+  authClient?: KubeClient;
+  /** The path to the apiserver as the reconcilers' and the Lease's requests see it. */
+  health: ConnectionHealth;
+}
+
 /**
- * The client of secure /metrics' TokenReviews and SubjectAccessReviews, of its own like the
- * Lease's: every replica answers scrapes, leading or not, so no write fence and no reconcile rate
- * limit may hold them up; retries are the reviews' own (lib/runtime/delegated_auth.ts). Its
- * connection health is its own too: scrapes do not decide whether the reconcilers' path (and
- * `/readyz`) is healthy.
+ * The clients from the flags' kubeconfig; every request counted (rest_client_requests_total)
+ * and, at debug level, logged with its send time, Retry-After and Audit-Id (the apiserver's audit
+ * log ID), so a throttled run can be read against the audit log.
+ * @throws ConfigError for an unusable kubeconfig or in-cluster configuration
  */
-function reviewClient(config: ClusterConfig, metrics: Metrics): KubeClient {
-  return new KubeClient(config, {
-    userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
-      `deno/${Deno.version.deno} metrics-auth`,
-    maxRetries: 0,
-    requestTimeoutMs: REVIEW_TIMEOUT_MS,
-    onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+function makeClients(v: FlagValues, metrics: Metrics): Clients {
+  const requestLog = log("client");
+  const onRequest = (clientName: string) => (r: RequestInfo) => {
+    metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host });
+    requestLog.debug("Request", { client: clientName, ...r });
+  };
+  const userAgent =
+    `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) deno/${Deno.version.deno}`;
+  const config = loadClusterConfig({
+    kubeconfig: v["kubeconfig"] || undefined,
+    context: v["context"] || undefined,
+    serviceAccountDir: Deno.env.get("APPSERVICE_SERVICE_ACCOUNT_DIR") || undefined,
   });
+  // One view of the path to the apiserver for both clients: a Lease attempt that gets no answer,
+  // or one that gets through again, tells about the reconcilers' and watches' connections too.
+  const health = new ConnectionHealth();
+  const client = new KubeClient(config, {
+    userAgent,
+    qps: v["kube-api-qps"],
+    burst: v["kube-api-burst"] || undefined,
+    maxRetries: 2,
+    onRequest: onRequest("main"),
+    onSendWrite: (r) => requestLog.debug("Sending", r),
+    health,
+  });
+  // The Lease's and the metrics reviews' clients of their own, with the runtime's defaults
+  // (lib/runtime/clients.ts); here only their user agent and request metrics are added.
+  const leaderClient = leaderElectionClient(config, {
+    userAgent: `${userAgent} leader-election`,
+    onRequest: onRequest("leader-election"),
+    health,
+  });
+  // The reviews' connection health is their own: scrapes do not decide `/readyz`.
+  const authClient = v["metrics-secure"]
+    ? reviewClient(config, {
+      userAgent: `${userAgent} metrics-auth`,
+      onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+    })
+    : undefined;
+  return { client, leaderClient, authClient, health };
+}
+
+/**
+ * The Lease holder identity, `<Pod name>_<8 random hex>`: deploy/'s Lease-holder admission policy
+ * compares its prefix with the Pod name of the request's bound ServiceAccount token (README,
+ * "Server-side fence"). The Pod name comes from APPSERVICE_POD_NAME (the downward API in
+ * deploy/deployment.yaml), else the hostname (a Pod's hostname is its name, cut to 63 chars).
+ */
+function holderIdentity(): string {
+  let hostname = "localhost";
+  try {
+    hostname = Deno.hostname();
+  } catch { /* --allow-sys=hostname not granted: keep the fallback */ }
+  const podName = Deno.env.get("APPSERVICE_POD_NAME") || hostname;
+  return `${podName}_${crypto.randomUUID().slice(0, 8)}`;
+}
+
+/**
+ * Who we are, asked beside the informers' first lists (the manager's start gate): nothing is
+ * served, elected or written before the answer, and a refusal ends the start-up in one line.
+ */
+function connected(client: KubeClient, logger: Logger): Promise<void> {
+  const config = client.config;
+  return whoAmI(client).then((user) =>
+    logger.info("Connected", {
+      version: VERSION,
+      server: config.server,
+      // Which proxy carries the requests to the apiserver (client-go's rules: proxy.ts).
+      proxy: describeProxy(client.proxy),
+      // Unreadable proxy variables are applied by Deno's fetch by its own rules.
+      ...(client.proxyEnvironment.unreadable
+        ? { proxyEnvironment: `not read: ${client.proxyEnvironment.unreadable}` }
+        : {}),
+      source: config.source,
+      user,
+    })
+  );
+}
+
+/**
+ * A signal aborted by the first SIGTERM or SIGINT; a second signal a moment later exits at once
+ * (1). The same signal can arrive twice at once (sent to the process group and forwarded by a
+ * wrapper such as `deno task`): within 1 s it counts once.
+ */
+function stopOnSignals(logger: Logger): AbortSignal {
+  const stop = new AbortController();
+  let firstSignalMs = 0;
+  const onSignal = (name: string) => () => {
+    if (stop.signal.aborted && Date.now() - firstSignalMs < 1_000) return;
+    if (stop.signal.aborted) {
+      logger.warn("Second signal; exiting now", { signal: name });
+      Deno.exit(1);
+    }
+    firstSignalMs = Date.now();
+    logger.info("Signal received; shutting down", { signal: name });
+    stop.abort();
+  };
+  Deno.addSignalListener("SIGTERM", onSignal("SIGTERM"));
+  Deno.addSignalListener("SIGINT", onSignal("SIGINT"));
+  return stop.signal;
+}
+
+/** The manager's options from the flags; the manager fills in what is left empty. */
+function managerOptions(
+  v: FlagValues,
+  c: Clients,
+  metrics: Metrics,
+  startGate: Promise<unknown>,
+): ManagerOptions {
+  return {
+    client: c.client,
+    leaderElectionClient: c.leaderClient,
+    metrics,
+    // kubebuilder's convention: :8443 for HTTPS, :8080 for plain HTTP.
+    metricsBindAddress: v["metrics-bind-address"] || (v["metrics-secure"] ? ":8443" : ":8080"),
+    metricsSecure: v["metrics-secure"],
+    metricsCertDir: v["metrics-cert-dir"],
+    metricsAuthClient: c.authClient,
+    healthProbeBindAddress: v["health-probe-bind-address"],
+    leaderElect: v["leader-elect"],
+    leaderElectionNamespace: v["leader-election-namespace"], // "": the client's namespace
+    leaderElectionId: v["leader-election-id"],
+    leaseDurationSeconds: v["leader-elect-lease-duration"] / 1000,
+    renewDeadlineMs: v["leader-elect-renew-deadline"],
+    retryPeriodMs: v["leader-elect-retry-period"],
+    identity: holderIdentity(),
+    maxConcurrentReconciles: Math.max(1, v["max-concurrent-reconciles"]),
+    reconcileTimeoutMs: v["reconcile-timeout"],
+    syncPeriodMs: v["sync-period"],
+    gracefulShutdownTimeoutMs: v["graceful-shutdown-timeout"],
+    watchNamespace: v["watch-namespace"],
+    watchIdleTimeoutMs: v["watch-idle-timeout"],
+    listPageSize: v["list-page-size"],
+    useWatchList: v["watch-list"],
+    startGate,
+    // Debug only (the end-to-end tests): a mutation of a cached object throws.
+    freezeCache: Deno.env.get(FREEZE_CACHE_ENV) === "1",
+  };
+}
+
+/** Debug only (deno task bench): a memory report on its own address; unset in production. */
+function serveDebug(logger: Logger, signal: AbortSignal): void {
+  let debugAddr;
+  try {
+    debugAddr = parseBindAddress(Deno.env.get(MEMORY_DEBUG_ADDRESS_ENV) ?? "");
+  } catch (err) {
+    fail(`${MEMORY_DEBUG_ADDRESS_ENV}: ${errorText(err)}`);
+  }
+  if (debugAddr) {
+    const port = serveMemoryDebug(debugAddr.hostname, debugAddr.port, signal);
+    logger.info("Serving the debug memory report", { path: "/debug/memory", port });
+  }
 }
 
 async function main(): Promise<number> {
@@ -113,144 +268,22 @@ async function main(): Promise<number> {
   const v = parsed.values;
   await setupLogging(v["log-level"], v["log-format"]);
   const logger = log("main");
-
   const metrics = new Metrics();
-  // Every request: counted (rest_client_requests_total) and, at debug level, logged with its
-  // send time, Retry-After and Audit-Id (the apiserver's audit log ID), so a throttled run can be
-  // read against the audit log.
-  const requestLog = log("client");
-  const onRequest = (clientName: string) => (r: RequestInfo) => {
-    metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host });
-    requestLog.debug("Request", { client: clientName, ...r });
-  };
-  const onSendWrite = (r: Pick<RequestInfo, "method" | "path" | "startedAtMs" | "auditId">) =>
-    requestLog.debug("Sending", r);
-  // One view of the path to the apiserver for both clients: a Lease attempt that gets no answer,
-  // or one that gets through again, tells about the reconcilers' and watches' connections too.
-  const health = new ConnectionHealth();
-  let client: KubeClient;
-  let leaderClient: KubeClient;
-  let authClient: KubeClient | undefined;
+  let clients: Clients;
   try {
-    const config = loadClusterConfig({
-      kubeconfig: v["kubeconfig"] || undefined,
-      context: v["context"] || undefined,
-      serviceAccountDir: Deno.env.get("APPSERVICE_SERVICE_ACCOUNT_DIR") || undefined,
-    });
-    client = new KubeClient(config, {
-      userAgent:
-        `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) deno/${Deno.version.deno}`,
-      qps: v["kube-api-qps"],
-      burst: v["kube-api-burst"] || undefined,
-      maxRetries: 2,
-      onRequest: onRequest("main"),
-      onSendWrite,
-      health,
-    });
-    // Leader election gets its own client: no client-side rate limit shared with reconciles.
-    leaderClient = new KubeClient(config, {
-      userAgent: `appservice-operator/${VERSION} (${Deno.build.os}/${Deno.build.arch}) ` +
-        `deno/${Deno.version.deno} leader-election`,
-      maxRetries: 0,
-      // Not held back by the reconcilers' 429s: its attempts keep to the renew deadline.
-      retryAfterGate: false,
-      onRequest: onRequest("leader-election"),
-      health,
-    });
-    if (v["metrics-secure"]) authClient = reviewClient(config, metrics);
+    clients = makeClients(v, metrics);
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message);
     fail(errorText(err));
   }
-  const config = client.config;
-  // The Lease holder identity is `<Pod name>_<random>`: deploy/'s Lease-holder admission policy
-  // compares its prefix with the Pod name of the request's bound ServiceAccount token (README,
-  // "Server-side fence"). The Pod name comes from APPSERVICE_POD_NAME (the downward API in
-  // deploy/deployment.yaml), else the hostname (a Pod's hostname is its name, cut to 63 chars).
-  let hostname = "localhost";
-  try {
-    hostname = Deno.hostname();
-  } catch { /* --allow-sys=hostname not granted: keep the fallback */ }
-  const podName = Deno.env.get("APPSERVICE_POD_NAME") || hostname;
-  const identity = `${podName}_${crypto.randomUUID().slice(0, 8)}`;
-  // Who we are, asked beside the informers' first lists (the manager's start gate): nothing is
-  // served, elected or written before the answer, and a refusal ends the start-up in one line.
-  const connected = whoAmI(client).then((user) =>
-    logger.info("Connected", {
-      version: VERSION,
-      server: config.server,
-      // Which proxy carries the requests to the apiserver (client-go's rules: proxy.ts).
-      proxy: describeProxy(client.proxy),
-      // Unreadable proxy variables are applied by Deno's fetch by its own rules.
-      ...(client.proxyEnvironment.unreadable
-        ? { proxyEnvironment: `not read: ${client.proxyEnvironment.unreadable}` }
-        : {}),
-      source: config.source,
-      user,
-    })
-  );
-
-  const stop = new AbortController();
-  let firstSignalMs = 0;
-  const onSignal = (name: string) => () => {
-    // The same signal can arrive twice at once (sent to the process group and forwarded by a
-    // wrapper such as `deno task`); only a second signal a moment later forces the exit.
-    if (stop.signal.aborted && Date.now() - firstSignalMs < 1_000) return;
-    if (stop.signal.aborted) {
-      logger.warn("Second signal; exiting now", { signal: name });
-      Deno.exit(1);
-    }
-    firstSignalMs = Date.now();
-    logger.info("Signal received; shutting down", { signal: name });
-    stop.abort();
-  };
-  Deno.addSignalListener("SIGTERM", onSignal("SIGTERM"));
-  Deno.addSignalListener("SIGINT", onSignal("SIGINT"));
-
-  const manager = new Manager({
-    client,
-    leaderElectionClient: leaderClient,
-    metrics,
-    // kubebuilder's convention: :8443 for HTTPS, :8080 for plain HTTP.
-    metricsBindAddress: v["metrics-bind-address"] || (v["metrics-secure"] ? ":8443" : ":8080"),
-    metricsSecure: v["metrics-secure"],
-    metricsCertDir: v["metrics-cert-dir"],
-    metricsAuthClient: authClient,
-    healthProbeBindAddress: v["health-probe-bind-address"],
-    leaderElect: v["leader-elect"],
-    leaderElectionNamespace: v["leader-election-namespace"] || config.namespace,
-    leaderElectionId: v["leader-election-id"],
-    leaseDurationSeconds: v["leader-elect-lease-duration"] / 1000,
-    renewDeadlineMs: v["leader-elect-renew-deadline"],
-    retryPeriodMs: v["leader-elect-retry-period"],
-    identity,
-    maxConcurrentReconciles: Math.max(1, v["max-concurrent-reconciles"]),
-    reconcileTimeoutMs: v["reconcile-timeout"],
-    syncPeriodMs: v["sync-period"],
-    gracefulShutdownTimeoutMs: v["graceful-shutdown-timeout"],
-    watchNamespace: v["watch-namespace"],
-    watchIdleTimeoutMs: v["watch-idle-timeout"],
-    listPageSize: v["list-page-size"],
-    useWatchList: v["watch-list"],
-    startGate: connected,
-    // Debug only (the end-to-end tests): a mutation of a cached object throws.
-    freezeCache: Deno.env.get(FREEZE_CACHE_ENV) === "1",
-  });
+  const gate = connected(clients.client, logger);
+  const stop = stopOnSignals(logger);
+  const manager = new Manager(managerOptions(v, clients, metrics, gate));
   addAppServiceController(manager);
-  // Debug only (deno task bench): a memory report on its own address; unset in production.
-  let debugAddr;
-  try {
-    debugAddr = parseBindAddress(Deno.env.get(MEMORY_DEBUG_ADDRESS_ENV) ?? "");
-  } catch (err) {
-    fail(`${MEMORY_DEBUG_ADDRESS_ENV}: ${errorText(err)}`);
-  }
   const debugStop = new AbortController();
-  if (debugAddr) {
-    const port = serveMemoryDebug(debugAddr.hostname, debugAddr.port, debugStop.signal);
-    logger.info("Serving the debug memory report", { path: "/debug/memory", port });
-  }
+  serveDebug(logger, debugStop.signal);
   try {
-    return await manager.run(stop.signal);
+    return await manager.run(stop);
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message);
     if (err instanceof ListenError) {
@@ -260,10 +293,10 @@ async function main(): Promise<number> {
     return fail(errorText(err));
   } finally {
     debugStop.abort();
-    client.close();
-    leaderClient.close();
-    authClient?.close();
-    health.close();
+    clients.client.close();
+    clients.leaderClient.close();
+    clients.authClient?.close();
+    clients.health.close();
   }
 }
 

@@ -79,10 +79,10 @@ export class ApiError extends Error {
 
 /** Why a {@link FencedError} was raised. */
 export type FenceReason =
-  /** This process does not hold the Lease (not yet, or no longer). */
-  | "NotLeader"
+  /** The fence has no open term: the Lease is not held (not yet, or no longer). */
+  | "NotHeld"
   /** It holds the Lease, but its last successful renewal is older than the renew deadline. */
-  | "RenewalStale"
+  | "Stale"
   /**
    * Sent, and refused by the apiserver: deploy/'s ValidatingAdmissionPolicy found that the Lease
    * names another holder (see {@link isLeaseHolderRefusal}). Nothing was stored.
@@ -131,7 +131,7 @@ export class FencedError extends Error {
     super(
       inFlight
         ? `${request}: aborted; may have reached the apiserver: ${
-          reason === "NotLeader"
+          reason === "NotHeld"
             ? "leadership ended"
             : `the last Lease renewal started ${Math.round(renewalAgeMs ?? 0)} ms ago, ` +
               "past the renew deadline"
@@ -141,7 +141,7 @@ export class FencedError extends Error {
           apiError?.status?.message ?? "no message"
         })`
         : `${request}: not sent: ${
-          reason === "NotLeader"
+          reason === "NotHeld"
             ? "this process does not hold the Lease"
             : `the last Lease renewal started ${Math.round(renewalAgeMs ?? 0)} ms ago, ` +
               "past the renew deadline"

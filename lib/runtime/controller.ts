@@ -32,7 +32,7 @@
  */
 import type { KubeObject } from "../kube/client.ts";
 import { type ConnectionHealth, isUnreachable } from "../kube/connection.ts";
-import { ApiError, isConflict, isFenced, isThrottled } from "../kube/errors.ts";
+import { ApiError, FencedError, isConflict, isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { errorText, log, type Logger } from "./log.ts";
@@ -325,9 +325,21 @@ export class Controller {
     this.queue.add(key);
   }
 
-  /** Aborts every in-flight reconcile now (self-fencing after a lost Lease). */
-  fence(): void {
-    this.#fence.abort(new Error("leadership lost: writes stopped"));
+  /**
+   * Aborts every in-flight reconcile now (self-fencing after a lost Lease); their signal's reason
+   * is `reason`, by default a {@link FencedError} (reason `NotHeld`, in flight) — the one error of
+   * "not allowed to write" (docs/design/leadership.md).
+   */
+  fence(
+    reason: FencedError = new FencedError(
+      "NotHeld",
+      "reconcile in flight when leadership was lost",
+      undefined,
+      undefined,
+      true,
+    ),
+  ): void {
+    this.#fence.abort(reason);
   }
 
   /**

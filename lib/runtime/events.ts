@@ -14,7 +14,7 @@
  * (`refreshTime`), a count here is written at most {@link EVENT_SERIES_MIN_INTERVAL_MS} after it
  * changed, and at most once per that interval per Event: `kubectl describe` shows a current count,
  * and a burst of repeats costs one PATCH per interval, never a write per repeat (so a retry loop
- * cannot flood the apiserver, S9). A series whose Event has gone (the apiserver's event TTL) is
+ * cannot flood the apiserver, docs/scenarios.md S9). A series whose Event has gone (the apiserver's event TTL) is
  * created again, as client-go does on a patch's NotFound.
  *
  * A series keeps the note it was created with (client-go's series never changes it either; an
@@ -35,7 +35,7 @@
  * broadcaster drops past its queue of 1,000; repeats only count). A write the apiserver refuses is
  * not retried (client-go: "Server rejected event (will not retry!)"). A refusal because the
  * namespace is being deleted is remembered in a {@link TerminatingNamespaces}: no further Event is
- * created there for the objects it holds (S21), and it is not reported as an error.
+ * created there for the objects it holds (docs/scenarios.md S21), and it is not reported as an error.
  *
  * @module
  */
@@ -83,7 +83,7 @@ export interface EventRecorderOptions {
    * client's error as its `cause`); not told of namespace refusals.
    */
   onError?: (err: unknown) => void;
-  /** Namespaces being deleted: Events for the objects it holds are not created (S21). */
+  /** Namespaces being deleted: Events for the objects it holds are not created (docs/scenarios.md S21). */
   terminating?: TerminatingNamespaces;
   /** Time source and timers; injected in tests. */
   clock?: Clock;
@@ -121,7 +121,7 @@ export class EventWriteError extends Error {
       } else if (fencedBeforeSending(cause)) {
         sent = "no";
         why = `not sent (${
-          cause.reason === "NotLeader"
+          cause.reason === "NotHeld"
             ? "this process does not hold the Lease"
             : "the last Lease renewal is past the renew deadline"
         })`;

@@ -41,8 +41,11 @@ export interface Logger {
   with(properties: LogProperties): Logger;
 }
 
-/** Root logger category of the operator. */
-export const ROOT_CATEGORY = "appservice-operator";
+/** Default root logger category: this operator's name. */
+export const DEFAULT_LOG_ROOT = "appservice-operator";
+
+/** The root category every {@link log} is under; set by {@link setupLogging}. */
+let root = DEFAULT_LOG_ROOT;
 
 /** Readable one-line format: `time LEVEL logger: message key=value ...`. */
 function consoleFormatter(record: LogRecord): string {
@@ -66,28 +69,41 @@ function stderrSink(format: LogFormat) {
   };
 }
 
+/** Options of {@link setupLogging} beyond level and format. */
+export interface LoggingOptions {
+  /**
+   * Root category of every logger the runtime makes (`log("manager")` logs as
+   * `<root>.manager`), e.g. the name of the program using the runtime; default
+   * {@link DEFAULT_LOG_ROOT}. Loggers made before the call keep the root they were made with.
+   */
+  root?: string;
+}
+
 /**
  * Configures LogTape once for the process.
  * @param level minimum level; @param format `json` (default) or `console`
+ * @param options see {@link LoggingOptions}
  */
 export async function setupLogging(
   level: LogLevelName = "info",
   format: LogFormat = "json",
+  options: LoggingOptions = {},
 ): Promise<void> {
+  root = options.root || DEFAULT_LOG_ROOT;
   await reset();
   await configure({
     reset: true,
     sinks: { stderr: stderrSink(format) },
     loggers: [
-      { category: [ROOT_CATEGORY], sinks: ["stderr"], lowestLevel: level },
+      { category: [root], sinks: ["stderr"], lowestLevel: level },
       { category: ["logtape", "meta"], sinks: ["stderr"], lowestLevel: "warning" },
     ],
   });
 }
 
-/** A logger under the operator's root category, e.g. `log("controller")`. */
+/** A logger under the root category ({@link LoggingOptions.root}), e.g. `log("controller")`. */
 export function log(...category: string[]): Logger {
-  return getLogger([ROOT_CATEGORY, ...category]);
+  return getLogger([root, ...category]);
 }
 
 /** One-line description of an error for a log property (no stack, no credentials). */

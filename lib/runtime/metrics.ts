@@ -2,8 +2,9 @@
  * Prometheus metrics (prom-client) under the names controller-runtime and client-go export, so
  * existing dashboards work: `controller_runtime_reconcile_*`, `workqueue_*`,
  * `rest_client_requests_total`, `leader_election_master_status`, plus process metrics, and the
- * reflectors' own under `appservice_reflector_*` (lists, relists, watch errors, watches open) and
- * `appservice_leader_election_changes_total`.
+ * runtime's own under a prefix its user sets ({@link MetricsOptions.prefix}, default `appservice`):
+ * `<prefix>_reflector_*` (lists, relists, watch errors, watches open) and
+ * `<prefix>_leader_election_changes_total`.
  *
  * @module
  */
@@ -41,6 +42,19 @@ function procSelfReadable(): boolean {
   }
 }
 
+/** Default of {@link MetricsOptions.prefix}: this operator's, so its dashboards stay valid. */
+export const DEFAULT_METRICS_PREFIX = "appservice";
+
+/** Options of {@link Metrics}. */
+export interface MetricsOptions {
+  /**
+   * Prefix of the metrics that are the runtime's own (not controller-runtime's or client-go's
+   * names): `<prefix>_reflector_*` and `<prefix>_leader_election_changes_total`; default
+   * {@link DEFAULT_METRICS_PREFIX}. A Prometheus metric name prefix: `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+   */
+  prefix?: string;
+}
+
 /** All metrics of one process, on their own registry. */
 export class Metrics {
   /** The registry served on `/metrics`. */
@@ -73,26 +87,34 @@ export class Metrics {
   readonly restRequests: client.Counter<"code" | "method" | "host">;
   /** `leader_election_master_status{name}`: 1 while this process holds the Lease `name`, else 0. */
   readonly leaderStatus: client.Gauge<"name">;
-  /** `appservice_reflector_relists_total{resource}`: relists after 410 Gone. */
+  /** `<prefix>_reflector_relists_total{resource}`: relists after 410 Gone. */
   readonly reflectorRelists: client.Counter<"resource">;
-  /** `appservice_reflector_lists_total{resource}`: complete lists applied (initial and relists). */
+  /** `<prefix>_reflector_lists_total{resource}`: complete lists applied (initial and relists). */
   readonly reflectorLists: client.Counter<"resource">;
   /**
-   * `appservice_leader_election_changes_total{name,change}`: this process's leadership changes of
+   * `<prefix>_leader_election_changes_total{name,change}`: this process's leadership changes of
    * the Lease `name`, `change` one of `acquired`, `lost` (renewal failed) and `released`.
    */
   readonly leaderChanges: client.Counter<"name" | "change">;
-  /** `appservice_reflector_watch_errors_total{resource}`: failed lists and watches. */
+  /** `<prefix>_reflector_watch_errors_total{resource}`: failed lists and watches. */
   readonly reflectorWatchErrors: client.Counter<"resource">;
   /**
-   * `appservice_reflector_watches_open{resource}`: watches the apiserver has accepted and that
+   * `<prefix>_reflector_watches_open{resource}`: watches the apiserver has accepted and that
    * have not ended, summed over the reflectors of a resource; each reflector's series exists (at
    * 0) from its creation. Equal to the number of reflectors when every one is watching.
    */
   readonly reflectorWatchesOpen: client.Gauge<"resource">;
 
-  /** Creates every metric on a fresh registry, with default process metrics. */
-  constructor() {
+  /**
+   * Creates every metric on a fresh registry, with default process metrics.
+   * @param options see {@link MetricsOptions}
+   * @throws Error for a prefix that is not a Prometheus metric name
+   */
+  constructor(options: MetricsOptions = {}) {
+    const prefix = options.prefix ?? DEFAULT_METRICS_PREFIX;
+    if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix)) {
+      throw new Error(`metrics prefix ${JSON.stringify(prefix)} is not a Prometheus metric name`);
+    }
     const registers = [this.registry = new client.Registry()];
     const buckets = [
       0.005,
@@ -228,37 +250,37 @@ export class Metrics {
       registers,
     });
     this.reflectorRelists = new client.Counter({
-      name: "appservice_reflector_relists_total",
+      name: `${prefix}_reflector_relists_total`,
       help: "Relists after 410 Gone, per resource",
       labelNames: ["resource"],
       registers,
     });
     this.reflectorWatchErrors = new client.Counter({
-      name: "appservice_reflector_watch_errors_total",
+      name: `${prefix}_reflector_watch_errors_total`,
       help: "List or watch failures retried with backoff, per resource",
       labelNames: ["resource"],
       registers,
     });
     this.reflectorLists = new client.Counter({
-      name: "appservice_reflector_lists_total",
+      name: `${prefix}_reflector_lists_total`,
       help: "Complete lists applied to the cache (initial and relists), per resource",
       labelNames: ["resource"],
       registers,
     });
     this.leaderChanges = new client.Counter({
-      name: "appservice_leader_election_changes_total",
+      name: `${prefix}_leader_election_changes_total`,
       help: "Leadership changes of this process per Lease: acquired, lost or released",
       labelNames: ["name", "change"],
       registers,
     });
     this.reflectorWatchesOpen = new client.Gauge({
-      name: "appservice_reflector_watches_open",
+      name: `${prefix}_reflector_watches_open`,
       help: "Watches accepted by the apiserver and not yet ended, per resource",
       labelNames: ["resource"],
       registers,
     });
     // prom-client's nodejs_eventloop_lag_* metrics read a perf_hooks.monitorEventLoopDelay()
-    // histogram; Deno's keeps 12–20 MiB of counters (see eventloop.ts). Hand prom-client the
+    // histogram; Deno's is unbounded (docs/design/manager.md, eventloop.ts). Hand prom-client the
     // bounded one instead (sampling every 100 ms, whatever resolution it asks for), for this call
     // only: the metric names and help texts stay prom-client's.
     const original = perfHooks.monitorEventLoopDelay;

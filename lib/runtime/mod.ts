@@ -51,7 +51,7 @@ export {
   hasFinalizer,
 } from "./finalizer.ts";
 export { ListenError, type ServerName } from "./health.ts";
-export { type FenceStamp, LeaseFence } from "./leader.ts";
+export { type FenceStamp, type LeadershipState, LeaseFence, type Term } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {
   errorText,
@@ -60,6 +60,7 @@ export {
   LOG_LEVELS,
   type LogFormat,
   type Logger,
+  type LoggingOptions,
   type LogLevelName,
   type LogProperties,
   setupLogging,
@@ -71,7 +72,7 @@ export {
   type ManagerOptions,
 } from "./manager.ts";
 export { MESSAGES } from "./messages.ts";
-export { Metrics } from "./metrics.ts";
+export { Metrics, type MetricsOptions } from "./metrics.ts";
 export {
   anyOf,
   deletionOrFinalizersChanged,

@@ -19,7 +19,7 @@ import {
   Reconcile,
   type ReconcileContext,
 } from "../../lib/runtime/controller.ts";
-import { ApiError, FencedError } from "../../lib/kube/errors.ts";
+import { ApiError, FencedError, isFenced } from "../../lib/kube/errors.ts";
 import { Metrics } from "../../lib/runtime/metrics.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -492,7 +492,7 @@ Deno.test("controller: fence() aborts in-flight reconciles at once (lost Lease)"
   await until("in flight", () => signal !== undefined);
   c.fence();
   assert(signal!.aborted);
-  assert(/leadership lost/.test(String((signal!.reason as Error).message)));
+  assert(isFenced(signal!.reason) && signal!.reason.reason === "NotHeld", String(signal!.reason));
   stop.abort();
   await run;
 });
@@ -549,7 +549,7 @@ function minMs(d: ErrorDecision | undefined): number | undefined {
 }
 
 Deno.test("controller: the error policy maps errors to requeue decisions (fenced, throttled, conflict, other)", async () => {
-  const fenced = new FencedError("RenewalStale", "PATCH /x", 3_500);
+  const fenced = new FencedError("Stale", "PATCH /x", 3_500);
   const f = defaultErrorPolicy(fenced);
   assert(f?.expected && minMs(f) === 0, JSON.stringify(f));
   const t = defaultErrorPolicy(new ApiError(429, {}, { retryAfterSeconds: 3 }));

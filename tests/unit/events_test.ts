@@ -248,13 +248,13 @@ Deno.test("events: a repeat with another note finishes the series and starts a n
 Deno.test("events: a failed write says whether it may have reached the apiserver", async () => {
   const path = "POST /apis/events.k8s.io/v1/namespaces/ns/events";
   const inFlight = new FencedError(
-    "NotLeader",
+    "NotHeld",
     "write in flight when leadership ended",
     undefined,
     undefined,
     true,
   );
-  const refused = new FencedError("NotLeader", path);
+  const refused = new FencedError("NotHeld", path);
   const byServer = new FencedError(
     "NotLeaseHolder",
     path,

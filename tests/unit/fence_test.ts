@@ -11,7 +11,7 @@ import { KubeClient } from "../../lib/kube/client.ts";
 import { FencedError, isFenced } from "../../lib/kube/errors.ts";
 import { CONFIGMAPS } from "../../lib/kube/resources.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
-import { LeaderElector, LeaseFence } from "../../lib/runtime/leader.ts";
+import { LeaderElector, LeaseFence, type Term } from "../../lib/runtime/leader.ts";
 import { FakeServer } from "./fakeapi.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -21,7 +21,17 @@ const configMap = (name: string) => ({
   metadata: { name, namespace: "default" },
 });
 
-Deno.test("fence S13: LeaseFence opens on a renewal and closes at the renew deadline (injected clocks)", () => {
+/** A term as the elector gives one: its signal, and `end` to abort it as the elector does. */
+function term(n = 1): Term & { end(): void } {
+  const c = new AbortController();
+  return {
+    number: n,
+    signal: c.signal,
+    end: () => c.abort(new FencedError("NotHeld", "in flight", undefined, undefined, true)),
+  };
+}
+
+Deno.test("fence S13: LeaseFence opens on a renewal during a term and closes at the renew deadline (injected clocks)", () => {
   let mono = 1_000;
   let wall = 1_700_000_000_000;
   const f = new LeaseFence(3_000, () => mono, () => wall);
@@ -35,13 +45,16 @@ Deno.test("fence S13: LeaseFence opens on a renewal and closes at the renew dead
     }
     throw new Error("the fence let a write through");
   };
-  refused("NotLeader"); // before any acquisition
+  refused("NotHeld"); // before any term
   assert(!f.open);
-  const term = f.signal;
   const s = f.stamp(); // an attempt starts
   mono += 400; // ... and succeeds 400 ms later: the age counts from its start
   wall += 400;
   f.renewed(s);
+  refused("NotHeld"); // a renewal without a term opens nothing
+  const first = term(1);
+  f.begin(first);
+  const signal = f.signal;
   assert(f.open);
   f.check("POST", "/x");
   assertEquals(f.renewalAgeMs(), 400);
@@ -50,7 +63,7 @@ Deno.test("fence S13: LeaseFence opens on a renewal and closes at the renew dead
   f.check("PATCH", "/x"); // 2,999 ms
   mono += 1;
   wall += 1;
-  assertEquals(refused("RenewalStale").renewalAgeMs, 3_000);
+  assertEquals(refused("Stale").renewalAgeMs, 3_000);
   // A renewal reopens it.
   const s2 = f.stamp();
   f.renewed(s2);
@@ -58,42 +71,50 @@ Deno.test("fence S13: LeaseFence opens on a renewal and closes at the renew dead
   // The wall clock jumping forward (a VM resumed, then NTP): closed although the monotonic
   // clock saw nothing.
   wall += 10_000;
-  refused("RenewalStale");
+  refused("Stale");
   // ... but the renew loop, which decides the loss, counts on the monotonic clock alone.
   assertEquals(f.monotonicAgeMs(), 0);
   // Stepped back: the monotonic age decides.
   wall -= 20_000;
   f.check("POST", "/x");
-  // Revoked (lost or released): closed at once, and writes in flight are aborted.
-  assert(!term.aborted);
-  f.revoke();
-  refused("NotLeader");
-  assert(term.aborted);
-  assert(isFenced(term.reason));
+  // The term ends (lost or released): closed at once, and writes in flight are aborted with the
+  // term's reason.
+  assert(!signal.aborted);
+  first.end();
+  refused("NotHeld");
+  assert(signal.aborted);
+  assert(isFenced(signal.reason) && signal.reason.reason === "NotHeld");
   // The next term has a signal of its own.
+  const second = term(2);
   f.renewed(f.stamp());
+  f.begin(second);
   assert(!f.signal.aborted);
   f.check("POST", "/x");
-  f.revoke();
+  second.end();
 });
 
 Deno.test("fence S13: at the renew deadline a timer aborts the writes in flight (a resumed process cancels them unsent)", () => {
   const clock = new FakeClock();
   const f = new LeaseFence(3_000, () => clock.now(), () => clock.now(), clock);
+  const t = term();
   f.renewed(f.stamp());
+  f.begin(t);
   const first = f.signal;
   clock.advance(2_000);
   f.renewed(f.stamp()); // renewed in time: the deadline moves
   clock.advance(2_999);
   assert(!first.aborted);
   clock.advance(1);
-  // No renewal for 3 s: the term's signal aborts by itself, without any write being checked.
+  // No renewal for 3 s: the signal aborts by itself, without any write being checked; the term
+  // itself goes on.
   assert(first.aborted);
-  assert(isFenced(first.reason) && first.reason.reason === "RenewalStale");
-  // A late renewal (the Lease was not taken meanwhile) opens a new term.
+  assert(isFenced(first.reason) && first.reason.reason === "Stale");
+  assert(!t.signal.aborted);
+  // A late renewal (the Lease was not taken meanwhile) opens a new window of the same term.
   f.renewed(f.stamp());
   assert(!f.signal.aborted && f.open);
-  f.revoke();
+  t.end();
+  assert(f.signal.aborted && !f.open);
   assertEquals(clock.pendingTimers, 0);
 });
 
@@ -106,7 +127,7 @@ Deno.test("fence S13: the client checks writes right before fetch, after its awa
     writeFence: {
       check: (method, path) => {
         checks.push(`${method} ${path}`);
-        if (!open) throw new FencedError("NotLeader", `${method} ${path}`);
+        if (!open) throw new FencedError("NotHeld", `${method} ${path}`);
       },
     },
   });
@@ -176,7 +197,7 @@ Deno.test("fence S13: a leader's fence on the main client; the Lease client keep
   try {
     // Not leading: the main client may not write; the Lease client creates the Lease.
     const early = await assertRejects(() => main.create(CONFIGMAPS, configMap("x")));
-    assert(isFenced(early) && early.reason === "NotLeader", String(early));
+    assert(isFenced(early) && early.reason === "NotHeld", String(early));
     const run = elector.run(stop.signal);
     for (let i = 0; i < 200 && !elector.isLeader; i++) await sleep(10);
     assert(elector.isLeader, "not leading");
@@ -198,6 +219,7 @@ Deno.test("fence S13: a leader's fence on the main client; the Lease client keep
     const sent = server.count("POST", "configmaps");
     assertEquals(await run, "lost");
     assertEquals(stoppedLeading, ["lost"]);
+    assertEquals(elector.state.kind, "lost");
     assert(elector.fence.signal.aborted);
     await assertRejects(() => main.patch(CONFIGMAPS, "x", {}, { namespace: "default" }));
     assertEquals(server.count("POST", "configmaps"), sent);
@@ -212,7 +234,7 @@ Deno.test("fence S13: a leader's fence on the main client; the Lease client keep
 
 Deno.test("fence: a write aborted in flight says it may have reached the apiserver", () => {
   const inFlight = new FencedError(
-    "NotLeader",
+    "NotHeld",
     "write in flight when leadership ended",
     undefined,
     undefined,
@@ -221,7 +243,7 @@ Deno.test("fence: a write aborted in flight says it may have reached the apiserv
   assert(inFlight.inFlight);
   assert(inFlight.message.includes("aborted; may have reached the apiserver"), inFlight.message);
   assert(!inFlight.message.includes("not sent"), inFlight.message);
-  const before = new FencedError("NotLeader", "POST /api/v1/namespaces/ns/pods");
+  const before = new FencedError("NotHeld", "POST /api/v1/namespaces/ns/pods");
   assert(!before.inFlight);
   assert(before.message.includes("not sent"), before.message);
 });

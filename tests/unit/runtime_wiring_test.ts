@@ -12,6 +12,7 @@ import { FakeClock } from "../../lib/runtime/clock.ts";
 import { Controller, controllerOwnerKeys, Reconcile } from "../../lib/runtime/controller.ts";
 import { Manager } from "../../lib/runtime/manager.ts";
 import { Metrics } from "../../lib/runtime/metrics.ts";
+import { DEFAULT_LOG_ROOT, log, setupLogging } from "../../lib/runtime/log.ts";
 import {
   anyOf,
   deletionOrFinalizersChanged,
@@ -315,4 +316,39 @@ Deno.test("controller: the error policy decides the requeue (after a delay, back
   assertEquals(count("ns/terminal"), 1);
   stop.abort();
   await run;
+});
+
+Deno.test("runtime names: the metric prefix and the log root are the user's; the defaults are this operator's", async () => {
+  const own = await new Metrics({ prefix: "widget_operator" }).text();
+  for (
+    const name of [
+      "widget_operator_reflector_lists_total",
+      "widget_operator_reflector_relists_total",
+      "widget_operator_reflector_watch_errors_total",
+      "widget_operator_reflector_watches_open",
+      "widget_operator_leader_election_changes_total",
+    ]
+  ) assert(own.includes(`# TYPE ${name} `), name);
+  assert(!own.includes("appservice_"), "a default name left");
+  const defaults = await new Metrics().text();
+  assert(defaults.includes("# TYPE appservice_reflector_lists_total "));
+  assert(defaults.includes("# TYPE appservice_leader_election_changes_total "));
+  let refused: unknown;
+  try {
+    new Metrics({ prefix: "not-a-name" });
+  } catch (err) {
+    refused = err;
+  }
+  assert(refused instanceof Error, "a prefix that is not a metric name was accepted");
+
+  const category = (l: unknown) => (l as { category: readonly string[] }).category;
+  assertEquals(category(log("manager")), [DEFAULT_LOG_ROOT, "manager"]);
+  assertEquals(DEFAULT_LOG_ROOT, "appservice-operator");
+  try {
+    await setupLogging("error", "json", { root: "widget-operator" });
+    assertEquals(category(log("manager")), ["widget-operator", "manager"]);
+  } finally {
+    await setupLogging("error", "json");
+  }
+  assertEquals(category(log("manager")), ["appservice-operator", "manager"]);
 });
