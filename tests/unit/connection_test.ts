@@ -9,6 +9,7 @@
 import { assert, assertEquals } from "../assert.ts";
 import { ConnectionHealth, type HealthEvent } from "../../lib/kube/connection.ts";
 import { KubeClient, STALLED_REQUEST_MIN_MS } from "../../lib/kube/client.ts";
+import { NetworkError } from "../../lib/kube/errors.ts";
 import { CONFIGMAPS } from "../../lib/kube/resources.ts";
 import { WatchRestartError } from "../../lib/kube/watch.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
@@ -192,7 +193,7 @@ Deno.test("client: a WatchList without an answer fails like a list at the reques
       for await (const _ of client.watchBatches(CONFIGMAPS, o)) { /* */ }
       return "ended";
     } catch (err) {
-      return String(err);
+      return err instanceof NetworkError ? `${err.kind}: ${err.message}` : String(err);
     }
   };
   try {
@@ -200,7 +201,7 @@ Deno.test("client: a WatchList without an answer fails like a list at the reques
     const wl = await open(true);
     assertEquals(
       wl,
-      "Error: GET /api/v1/namespaces/default/configmaps (watch list): no answer within 0.2 s",
+      "timeout: GET /api/v1/namespaces/default/configmaps (watch list): no answer within 0.2 s",
     );
     const first = await Promise.race([plain, new Promise((r) => setTimeout(() => r("open"), 300))]);
     assertEquals(first, "open");
