@@ -2,7 +2,7 @@
  * A thin Kubernetes REST client on Deno's `fetch` and `Deno.createHttpClient`: the verbs get, list
  * (one page or all pages), create, update, patch (JSON, merge, strategic merge, server-side apply),
  * delete and watch, typed errors from `metav1.Status` and for requests without an answer
- * ({@link NetworkError}), `Retry-After` for 429/503, retries of idempotent reads, an optional
+ * (`NetworkError`), `Retry-After` for 429/503, retries of idempotent reads, an optional
  * client-side token bucket, a write fence, and a request hook for metrics.
  *
  * Layers (docs/design/client.md): this module holds the verbs and the watch; params.ts builds
@@ -15,7 +15,7 @@
  * When the path to the apiserver recovers after failures, what still waits on a dead connection
  * is ended and sent again (the stall rule, docs/scenarios.md S14): a request sent before the one
  * that got through, still without an answer after {@link STALLED_REQUEST_MIN_MS} (a read is sent
- * again once at no cost to its retries; a write fails with a {@link NetworkError} of kind
+ * again once at no cost to its retries; a write fails with a `NetworkError` of kind
  * `stalled`, as it would at its timeout), and a watch that has received nothing since the
  * failures began ({@link WatchRestartError} `stalled`: its consumer resumes it at once). A change
  * of the CA or client certificate files (see credentials.ts) ends every watch the same way
@@ -27,20 +27,19 @@ import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { ClusterConfig } from "./config.ts";
 import { ConnectionHealth, type Recovery } from "./connection.ts";
 import { CREDENTIAL_FILE_CHECK_MS, CredentialProvider } from "./credentials.ts";
-import { ApiError, ConfigError, isGone, NetworkError, type Status } from "./errors.ts";
+import { type ApiError, ConfigError, type Status } from "./errors.ts";
+import { listInPages } from "./pager.ts";
 import {
   type CallOptions,
   deleteBody,
   type DeleteOptions,
   type ListOptions,
   listQuery,
-  pageOptions,
   PATCH_CONTENT_TYPES,
   type PatchOptions,
   patchQuery,
   type RawRequest,
   type WatchOptions,
-  watchQuery,
   type WriteOptions,
   writeQuery,
 } from "./params.ts";
@@ -56,13 +55,8 @@ import { resourcePath, type ResourceType } from "./resources.ts";
 import { type Gate, NO_GATE, Sender } from "./retry.ts";
 
 import { RetryAfterGate, TokenBucket } from "./throttle.ts";
-import { type InFlight, type RequestInfo, Transport, type WriteFence } from "./transport.ts";
-import {
-  decodeWatchBatches,
-  type ObjectWatchEvent,
-  WatchIdleError,
-  WatchRestartError,
-} from "./watch.ts";
+import { type RequestInfo, Transport, type WriteFence } from "./transport.ts";
+import { type ObjectWatchEvent, openWatch, type WatchDeps, WatchRestartError } from "./watch.ts";
 
 export {
   type CallOptions,
@@ -157,7 +151,7 @@ export const MAX_THROTTLE_WAIT_MS = 10_000;
 
 /**
  * The REST client. One instance per apiserver connection; safe for concurrent use.
- * All methods throw {@link ApiError} for error answers, {@link NetworkError} (mostly its
+ * All methods throw {@link ApiError} for error answers, `NetworkError` (mostly its
  * `UnreachableError`) when no answer came, `ConfigError` when the credential cannot be produced,
  * and the signal's reason when aborted.
  */
@@ -179,6 +173,7 @@ export class KubeClient {
   #ownsHealth: boolean;
   #unsubscribe: (() => void)[] = [];
   #fileCheckTimer?: ReturnType<typeof setTimeout>;
+  #watchDeps: WatchDeps;
 
   /**
    * A client of the apiserver `config` names; no request is sent until a verb is called.
@@ -226,7 +221,27 @@ export class KubeClient {
       maxThrottleWaitMs: opts.maxThrottleWaitMs ?? MAX_THROTTLE_WAIT_MS,
       fence: () => this.#fence,
     });
+    this.#watchDeps = this.#makeWatchDeps();
     this.#subscribe();
+  }
+
+  /** What {@link openWatch} uses of this client. */
+  #makeWatchDeps(): WatchDeps {
+    const watches = this.#transport.inFlight.watches;
+    return {
+      send: (req) => this.#sender.send(req),
+      watches,
+      requestTimeoutMs: this.#requestTimeoutMs,
+      health: this.health,
+      failed: (err) => this.#transport.failed(err),
+      resetConnections: () => this.#creds.resetConnections(),
+      opened: () => this.#armFileCheck(),
+      closed: () => {
+        if (watches.size > 0) return;
+        clearTimeout(this.#fileCheckTimer);
+        this.#fileCheckTimer = undefined;
+      },
+    };
   }
 
   /** Wires the probe, the stall rule at a recovery, and the watches' restart on new TLS material. */
@@ -366,50 +381,7 @@ export class KubeClient {
     onPage: (page: ObjectList<T>) => void | Promise<void>,
     onExpired?: (err: ApiError) => void,
   ): Promise<{ resourceVersion: string; pages: number; items: number; expired: boolean }> {
-    let cont: string | undefined;
-    let rv: string | undefined;
-    let pages = 0;
-    let items = 0;
-    do {
-      let page: ObjectList<T> | undefined;
-      try {
-        page = await this.list<T>(rt, pageOptions(o, cont));
-      } catch (err) {
-        if (!cont || !(err instanceof ApiError) || !isGone(err)) throw err;
-        onExpired?.(err);
-        return { ...await this.#fullList(rt, o, onPage), pages: pages + 1, expired: true };
-      }
-      pages++;
-      rv ??= page.metadata?.resourceVersion ?? "";
-      items += page.items?.length ?? 0;
-      cont = page.metadata?.continue || undefined;
-      await onPage(page);
-      // Let this page go before the next request is awaited (a suspended async function keeps
-      // what its variables still point at).
-      page = undefined;
-    } while (cont && pages < 100_000);
-    return { resourceVersion: rv ?? "", pages, items, expired: false };
-  }
-
-  /**
-   * The list in one piece (no `limit`, no continue token, the caller's `resourceVersion`), handed
-   * to `onPage`: {@link listPages}' fallback after an expired continue token.
-   */
-  async #fullList<T extends KubeObject>(
-    rt: ResourceType,
-    o: ListOptions,
-    onPage: (page: ObjectList<T>) => void | Promise<void>,
-  ): Promise<{ resourceVersion: string; items: number }> {
-    let full: ObjectList<T> | undefined = await this.list<T>(rt, {
-      ...o,
-      limit: undefined,
-      continue: undefined,
-    });
-    const items = full.items?.length ?? 0;
-    const resourceVersion = full.metadata?.resourceVersion ?? "";
-    await onPage(full);
-    full = undefined;
-    return { resourceVersion, items };
+    return await listInPages((page) => this.list<T>(rt, page), o, onPage, onExpired);
   }
 
   /**
@@ -502,7 +474,7 @@ export class KubeClient {
 
   /**
    * Opens a watch and yields its events in batches (every frame of one chunk of the body, in
-   * order; see {@link decodeWatchBatches}) until the server ends the stream (normal at
+   * order; see `decodeWatchBatches` in watch.ts) until the server ends the stream (normal at
    * `timeoutSeconds`). ERROR frames are thrown as ApiError (410: relist) after the events before
    * them; a silent stream past `idleTimeoutMs` throws WatchIdleError. Breaking out of the loop
    * closes the connection. Bulk consumers (the reflector) use this to pay one async step per
@@ -511,8 +483,8 @@ export class KubeClient {
    * The idle bound also covers the wait for the response headers (a request sent into a stalled
    * connection otherwise waits forever: watches have no request timeout); a WatchList
    * (`sendInitialEvents`) waits for its headers at most the request timeout, as a list would, and
-   * then fails with a plain Error (the apiserver answers only once it can serve a consistent
-   * state: one whose etcd stalls does not answer at all). A WatchIdleError
+   * then fails with a `NetworkError` of kind `timeout` (the apiserver answers only once it
+   * can serve a consistent state: one whose etcd stalls does not answer at all). A WatchIdleError
    * drops the pooled connections ({@link CredentialProvider.resetConnections}) so that the next
    * watch does not go into a pooled connection on the same stalled path. A watch ended by the
    * client throws {@link WatchRestartError} (see the module doc): resume it at once.
@@ -521,114 +493,6 @@ export class KubeClient {
     rt: ResourceType,
     o: WatchOptions = {},
   ): AsyncGenerator<ObjectWatchEvent<T>[]> {
-    const ctl = new AbortController();
-    const onAbort = () => ctl.abort(o.signal?.reason);
-    o.signal?.addEventListener("abort", onAbort, { once: true });
-    const bound = this.#headersBound(rt, o);
-    const headersTimer = bound.ms > 0
-      ? setTimeout(() => ctl.abort(bound.noAnswer ?? new WatchIdleError(bound.ms)), bound.ms)
-      : undefined;
-    let stream: InFlight | undefined;
-    try {
-      const resp = await this.#sender.send({
-        method: "GET",
-        path: resourcePath(rt, o.namespace),
-        signal: ctl.signal,
-        stream: true,
-        query: watchQuery(o),
-      });
-      clearTimeout(headersTimer);
-      if (!resp.body) return;
-      const s: InFlight = stream = this.#streamOpened(ctl, o);
-      // Bytes on this stream show that its connection is alive, not that new ones work: they keep
-      // it from the stall rule but do not end a failing episode (a request's answer does).
-      yield* decodeWatchBatches<T>(resp.body, o.idleTimeoutMs ?? 0, () => ctl.abort(), () => {
-        s.lastByteMs = Date.now();
-      });
-    } catch (err) {
-      throw this.#watchFailed(err, o, ctl.signal, bound.noAnswer, stream);
-    } finally {
-      clearTimeout(headersTimer);
-      o.signal?.removeEventListener("abort", onAbort);
-      this.#streamClosed(stream);
-      ctl.abort();
-    }
-  }
-
-  /**
-   * The bound on a watch's response headers (ms; 0: none) and, for a WatchList bounded like a
-   * list, the error it fails with. A WatchList's headers come only once the apiserver has the
-   * state to send (its watch cache caught up with etcd's current revision), as a list's answer
-   * does: that wait is bounded by the request timeout, and failing it is a failed request, not
-   * an idle watch.
-   */
-  #headersBound(rt: ResourceType, o: WatchOptions): { ms: number; noAnswer?: NetworkError } {
-    const idleMs = o.idleTimeoutMs ?? 0;
-    const listMs = this.#requestTimeoutMs;
-    if (o.sendInitialEvents && (idleMs === 0 || listMs < idleMs)) {
-      const path = resourcePath(rt, o.namespace);
-      const label = `GET ${path} (watch list)`;
-      const why = `no answer within ${listMs / 1000} s`;
-      return {
-        ms: listMs,
-        noAnswer: new NetworkError("timeout", { method: "GET", path, label }, why),
-      };
-    }
-    return { ms: o.headersTimeoutMs ?? idleMs };
-  }
-
-  /** A watch's headers came: track the stream for the stall rule and the credential file check. */
-  #streamOpened(ctl: AbortController, o: WatchOptions): InFlight {
-    const s: InFlight = { ctl, sentAtMs: Date.now(), lastByteMs: Date.now() };
-    this.#transport.inFlight.watches.add(s);
-    this.#armFileCheck();
-    try {
-      o.onOpen?.();
-    } catch { /* reporting must not break the stream */ }
-    return s;
-  }
-
-  #streamClosed(stream: InFlight | undefined): void {
-    const watches = this.#transport.inFlight.watches;
-    if (stream) watches.delete(stream);
-    if (watches.size === 0) {
-      clearTimeout(this.#fileCheckTimer);
-      this.#fileCheckTimer = undefined;
-    }
-  }
-
-  /**
-   * The error a watch ends with, telling the connection health what it says about the path: no
-   * headers within the bound, a silence that is a failure (see {@link WatchOptions.idleIsFailure})
-   * and a stream broken mid-way are failures of the path; an ERROR frame (an answer), the caller's
-   * abort and a restart by the client are not.
-   */
-  #watchFailed(
-    err: unknown,
-    o: WatchOptions,
-    signal: AbortSignal,
-    noAnswer: NetworkError | undefined,
-    stream: InFlight | undefined,
-  ): unknown {
-    if (o.signal?.aborted) return o.signal.reason;
-    if (signal.reason instanceof WatchRestartError) return signal.reason;
-    if (noAnswer && signal.reason === noAnswer) {
-      // As a list without an answer within its timeout: the pooled connections may be dead.
-      this.#transport.failed(noAnswer);
-      this.#creds.resetConnections();
-      return noAnswer;
-    }
-    if (err instanceof WatchIdleError) {
-      // No headers within the bound is a failure whatever the stream would carry; so is
-      // silence while other requests get no answer either.
-      if (o.idleIsFailure !== false || !stream || !this.health.healthy) {
-        this.#transport.failed(err);
-        this.#creds.resetConnections();
-      }
-    } else if (stream && !(err instanceof ApiError)) {
-      // The stream broke mid-way (a connection reset, a cut link).
-      this.#transport.failed(err);
-    }
-    return err;
+    yield* openWatch<T>(this.#watchDeps, resourcePath(rt, o.namespace), o);
   }
 }
