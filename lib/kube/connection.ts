@@ -151,7 +151,7 @@ export class ConnectionHealth {
    * failing (it logs one line for the outage; the episode's recovery is then reported too, see
    * `recovered`'s `reported`), false otherwise (another caller reported it — log at debug — or
    * the path is healthy). So an outage costs one warning however many requests, reconciles and
-   * watches fail in it (issue 25: 144 `Reconciler error` lines for a 2.6 s apiserver restart).
+   * watches fail in it (docs/design/transport.md, "One line per apiserver outage").
    */
   claimReport(): boolean {
     const f = this.#failing;

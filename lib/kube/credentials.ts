@@ -22,12 +22,9 @@
  * - An exec plugin's ExecCredential is cached until its `expirationTimestamp` (or forever without
  *   one) and the plugin is run again after a 401.
  * - A credential that cannot be produced throws {@link ConfigError}; no request goes out without it.
- * - Connections are HTTP/1.1 (as kube-rs's client), not HTTP/2: Deno's fetch over HTTP/2 stalls
- *   ~40 ms on about one large response in seven (a 500-object list page; measured against a Go
- *   net/http server, which a Go client reads without stalls, and against kube-apiserver 1.36:
- *   mean 16.1 ms per page over HTTP/2 against 10.5 ms over HTTP/1.1). A consistent list of 10,000
- *   ConfigMaps in pages of 500 syncs in ~183 ms instead of ~272 ms. Each request in flight has a
- *   connection of its own; idle ones are pooled and reused.
+ * - Connections are HTTP/1.1 (as kube-rs's client), not HTTP/2 (why: docs/design/client.md,
+ *   "HTTP/1.1"). Each request in flight has a connection of its own; idle ones are pooled and
+ *   reused.
  *
  * @module
  */

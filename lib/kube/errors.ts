@@ -92,8 +92,9 @@ export type FenceReason =
 
 /**
  * A write the client refused to send because its write fence was closed at the moment of sending
- * (S13: only the Lease holder with a fresh renewal writes), or one the apiserver refused because
- * the Lease names another holder (S23, reason `NotLeaseHolder`, built by {@link fencedByServer}).
+ * (docs/scenarios.md S13: only the Lease holder with a fresh renewal writes), or one the apiserver
+ * refused because the Lease names another holder (docs/scenarios.md S23, reason `NotLeaseHolder`,
+ * built by {@link fencedByServer}).
  * Nothing was stored either way, so it is always safe to retry later; a reconcile that meets it
  * ends and is requeued, and it is not a reconcile error. Raised by a `WriteFence`
  * (lib/kube/client.ts), e.g. the Lease holder's `LeaseFence` (lib/runtime/leader.ts), and by the
@@ -168,7 +169,7 @@ export const LEASE_FENCE_PHRASE = "not the Lease holder";
 
 /**
  * True for the apiserver's refusal of a write by deploy/'s Lease-holder admission policy
- * (issue 25, S23): 403 Forbidden from a ValidatingAdmissionPolicy whose message starts with
+ * (docs/scenarios.md S23): 403 Forbidden from a ValidatingAdmissionPolicy whose message starts with
  * {@link LEASE_FENCE_PHRASE} (`... ValidatingAdmissionPolicy '<policy>' ... denied request: not
  * the Lease holder: ...`). The one place where a message is read: no reason or cause tells a
  * policy's refusal apart from RBAC's.
@@ -251,8 +252,8 @@ export const NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating";
  * (k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle) refuses every create there with
  * Forbidden and appends a StatusCause of type {@link NAMESPACE_TERMINATING_CAUSE} (field
  * `metadata.namespace`). Branches on the cause type, never on the message. The cause type is
- * the StatusCause's `reason` in JSON (metav1.StatusCause: `Type CauseType json:"reason"`); checking
- * a `type` key, as this operator once did, never matches.
+ * the StatusCause's `reason` in JSON (metav1.StatusCause: `Type CauseType json:"reason"`), not a
+ * `type` key.
  */
 export const isNamespaceTerminating = (err: unknown): boolean =>
   err instanceof ApiError && err.code === 403 &&

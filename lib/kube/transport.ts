@@ -346,7 +346,7 @@ export class Transport {
       timeout,
     };
     const headers = this.#headers(a);
-    // The write fence, synchronously: from here to fetch() nothing awaits (S13).
+    // The write fence, synchronously: from here to fetch() nothing awaits (docs/scenarios.md S13).
     a.fence?.check(req.method, req.path);
     const started = performance.now();
     this.#sendingWrite(req, started, headers["Audit-ID"]);

@@ -163,9 +163,8 @@ export const WATCH_READ_BUFFER_BYTES = 64 * 1024;
 
 /**
  * Reads a body chunk by chunk. A byte stream (a fetch body) is read with a BYOB reader into one
- * reused buffer: measured on Deno 2.9 over 6.4 MB of watch events from a loopback TLS server,
- * median 16 ms against 35 ms with the default reader (which allocates a buffer per chunk). Any
- * other stream falls back to the default reader. `next()` resolves undefined at the end; the
+ * reused buffer (the default reader allocates one per chunk; the measurement is in
+ * docs/design/client.md, "Reading watch bodies"). Any other stream falls back to the default reader. `next()` resolves undefined at the end; the
  * chunk it gives is valid until the next call.
  */
 function chunkReader(body: ReadableStream<Uint8Array>): {
