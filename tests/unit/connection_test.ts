@@ -146,9 +146,10 @@ Deno.test("client: once a later request gets through, a stuck read is sent again
   const srv = server();
   const client = loopbackClient(srv.url);
   const stop = new AbortController();
-  const collect = async (label: string) => {
+  const opened = [Promise.withResolvers<void>(), Promise.withResolvers<void>()];
+  const collect = async (label: string, n: number) => {
     try {
-      const o = { namespace: "default", signal: stop.signal };
+      const o = { namespace: "default", signal: stop.signal, onOpen: () => opened[n].resolve() };
       for await (const _ of client.watchBatches(CONFIGMAPS, o)) { /* */ }
       return `${label}: ended`;
     } catch (err) {
@@ -157,9 +158,11 @@ Deno.test("client: once a later request gets through, a stuck read is sent again
     }
   };
   try {
-    const silent = collect("silent");
-    await new Promise((r) => setTimeout(r, 50));
-    const live = collect("live");
+    // Both watches accepted (their headers are answers) before the path fails.
+    const silent = collect("silent", 0);
+    await opened[0].promise;
+    const live = collect("live", 1);
+    await opened[1].promise;
     const stuck = client.get(CONFIGMAPS, "stuck", { namespace: "default" });
     await new Promise((r) => setTimeout(r, 50));
     // Some request got no answer: the path is failing from now on.
