@@ -10,7 +10,7 @@ import { type FlagValues, helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client.ts";
 import { loadClusterConfig } from "./lib/kube/config.ts";
 import { ConnectionHealth } from "./lib/kube/connection.ts";
-import { ApiError, ConfigError, networkErrorReason } from "./lib/kube/errors.ts";
+import { ApiError, ConfigError, networkErrorIn, networkErrorReason } from "./lib/kube/errors.ts";
 import { describeProxy } from "./lib/kube/proxy.ts";
 import { Manager, type ManagerOptions } from "./lib/runtime/manager.ts";
 import { ListenError } from "./lib/runtime/health.ts";
@@ -73,7 +73,9 @@ async function whoAmI(client: KubeClient): Promise<string> {
     // A dead proxy is named, not blamed on the apiserver.
     const via = client.proxy.url ? ` through proxy ${describeProxy(client.proxy)}` : "";
     throw new ConfigError(
-      `cannot reach the apiserver ${server}${via} (${source}): ${networkErrorReason(err)}`,
+      `cannot reach the apiserver ${server}${via} (${source}): ${
+        networkErrorIn(err)?.reason ?? networkErrorReason(err)
+      }`,
     );
   }
 }

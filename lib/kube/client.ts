@@ -1,55 +1,48 @@
 /**
  * A thin Kubernetes REST client on Deno's `fetch` and `Deno.createHttpClient`: the verbs get, list
  * (one page or all pages), create, update, patch (JSON, merge, strategic merge, server-side apply),
- * delete and watch, typed errors from `metav1.Status`, `Retry-After` for 429/503, retries of
- * idempotent reads, an optional client-side token bucket, a write fence, and a request hook for
- * metrics.
+ * delete and watch, typed errors from `metav1.Status` and for requests without an answer
+ * (`NetworkError`), `Retry-After` for 429/503, retries of idempotent reads, an optional
+ * client-side token bucket, a write fence, and a request hook for metrics.
  *
- * Rules followed: Kubernetes API concepts (paging with `limit`/`continue`, watch, bookmarks, patch
- * content types, server-side apply `fieldManager`/`force`) and client-go `rest.Request`
- * (`Retry-After` honoured up to `maxRetries`, reads retried on connection errors, a 401 makes the
- * credential be fetched again once).
- *
- * Retry-After is client-wide (S16): a 429, or a 503 with `Retry-After`, closes a "not before" gate
- * ({@link RetryAfterGate}) for every later request of this client until the Retry-After has
- * passed, not only for the request that got it, and then reopens it through a small window of
- * concurrent requests that widens while no more 429s come. API Priority and Fairness classifies
- * requests by user into one priority level and computes one Retry-After per level (k8s.io/apiserver
- * pkg/util/flowcontrol/dropped_requests_tracker.go: 1 s, doubled up to 32 s while the level keeps
- * dropping requests), so the other requests of the same client would be rejected too. A request
- * waits at the gate up to {@link ClientOptions.maxThrottleWaitMs}; one that would wait longer
- * fails at once with a client-side 429 (`retryAfterSeconds` = the remaining wait, nothing sent),
- * so that a work queue can requeue its key for then instead of holding a worker.
- *
- * The write fence (S13): every request that is not a read (POST, PUT, PATCH, DELETE) is checked
- * with the {@link WriteFence} synchronously immediately before it is handed to `fetch`, after every
- * wait (token bucket, Retry-After gate, credential refresh). A closed fence throws (e.g.
- * `FencedError`) and nothing is sent. What remains is a request already handed to `fetch` when the
- * process stops: it leaves when the process runs again (see README, "Fenced writes").
+ * Layers (docs/design/client.md): this module holds the verbs and the watch; params.ts builds
+ * their queries; retry.ts decides what is sent again and holds the token bucket, the Retry-After
+ * gate (client-wide, docs/scenarios.md S16) and the credential; transport.ts sends one attempt,
+ * checks the write fence at the moment of sending (docs/scenarios.md S13) and classifies what
+ * happened; watch.ts decodes watch streams.
  *
  * Connection health ({@link ConnectionHealth}): every request reports whether an answer came.
  * When the path to the apiserver recovers after failures, what still waits on a dead connection
- * is ended and sent again: a request sent before the one that got through, still without an
- * answer after {@link STALLED_REQUEST_MIN_MS} (a read is sent again once at no cost to its
- * retries; a write fails with a network error, as it would at its timeout), and a watch that has
- * received nothing since the failures began ({@link WatchRestartError} `stalled`: its consumer
- * resumes it at once). A change of the CA or client certificate files (see credentials.ts) ends
- * every watch the same way (`credentials`), so that they reconnect with the new material.
+ * is ended and sent again (the stall rule, docs/scenarios.md S14): a request sent before the one
+ * that got through, still without an answer after {@link STALLED_REQUEST_MIN_MS} (a read is sent
+ * again once at no cost to its retries; a write fails with a `NetworkError` of kind
+ * `stalled`, as it would at its timeout), and a watch that has received nothing since the
+ * failures began ({@link WatchRestartError} `stalled`: its consumer resumes it at once). A change
+ * of the CA or client certificate files (see credentials.ts) ends every watch the same way
+ * (`credentials`), so that they reconnect with the new material.
  *
  * @module
  */
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { ClusterConfig } from "./config.ts";
-import { ConnectionHealth, type Recovery, UnreachableError } from "./connection.ts";
+import { ConnectionHealth, type Recovery } from "./connection.ts";
 import { CREDENTIAL_FILE_CHECK_MS, CredentialProvider } from "./credentials.ts";
+import { type ApiError, ConfigError, type Status } from "./errors.ts";
+import { listInPages } from "./pager.ts";
 import {
-  ApiError,
-  ConfigError,
-  fencedByServer,
-  isGone,
-  networkErrorReason,
-  type Status,
-} from "./errors.ts";
+  type CallOptions,
+  deleteBody,
+  type DeleteOptions,
+  type ListOptions,
+  listQuery,
+  PATCH_CONTENT_TYPES,
+  type PatchOptions,
+  patchQuery,
+  type RawRequest,
+  type WatchOptions,
+  type WriteOptions,
+  writeQuery,
+} from "./params.ts";
 import {
   chooseProxy,
   denoProxy,
@@ -59,13 +52,23 @@ import {
   takeProxyEnvironment,
 } from "./proxy.ts";
 import { resourcePath, type ResourceType } from "./resources.ts";
-import { RetryAfterGate, sleep, TokenBucket } from "./throttle.ts";
-import {
-  decodeWatchBatches,
-  type ObjectWatchEvent,
-  WatchIdleError,
-  WatchRestartError,
-} from "./watch.ts";
+import { type Gate, NO_GATE, Sender } from "./retry.ts";
+
+import { RetryAfterGate, TokenBucket } from "./throttle.ts";
+import { type RequestInfo, Transport, type WriteFence } from "./transport.ts";
+import { type ObjectWatchEvent, openWatch, type WatchDeps, WatchRestartError } from "./watch.ts";
+
+export {
+  type CallOptions,
+  type DeleteOptions,
+  type ListOptions,
+  PATCH_CONTENT_TYPES,
+  type PatchOptions,
+  type WatchOptions,
+  type WriteOptions,
+} from "./params.ts";
+export { MAX_RETRY_AFTER_SECONDS } from "./retry.ts";
+export { type RequestInfo, STALLED_REQUEST_MIN_MS, type WriteFence } from "./transport.ts";
 
 /** Any Kubernetes object. */
 export interface KubeObject {
@@ -87,49 +90,6 @@ export interface ObjectList<T> {
   metadata: { resourceVersion?: string; continue?: string; remainingItemCount?: number };
   /** The objects of this page. */
   items: T[];
-}
-
-/** What {@link ClientOptions.onRequest} is told about each finished HTTP request. */
-export interface RequestInfo {
-  /** HTTP verb, e.g. `GET`. */
-  method: string;
-  /** Request path without the query, e.g. `/api/v1/namespaces/ns/pods`. */
-  path: string;
-  /** HTTP status code as a string, or `<error>` when no answer came. */
-  code: string;
-  /** host:port of the apiserver. */
-  host: string;
-  /** Wall-clock time (epoch ms, fractional) when the request was handed to `fetch`. */
-  startedAtMs: number;
-  /** Seconds from sending to headers received. */
-  durationSeconds: number;
-  /** The answer's `Retry-After`, in seconds, when it had one. */
-  retryAfterSeconds?: number;
-  /**
-   * The `Audit-ID` this request was sent with (a random UUID per attempt): the apiserver records
-   * it as the request's `auditID` in its audit log.
-   */
-  auditId: string;
-}
-
-/**
- * Decides, at the moment a write is sent, whether it may leave this process (S13). Called
- * synchronously immediately before a POST, PUT, PATCH or DELETE is handed to `fetch`; it must
- * throw (e.g. `FencedError` from errors.ts) to refuse, and must not block. Reads are never checked.
- */
-export interface WriteFence {
-  /**
-   * Throws when writes may not leave now.
-   * @param method HTTP verb
-   * @param path request path, for the error message
-   */
-  check(method: string, path: string): void;
-  /**
-   * Aborted when the fence closes for good (leadership lost): the client aborts its writes in
-   * flight with its reason. One still waiting to be written (a new connection's handshake, or a
-   * process resumed from a pause) is then never sent; one already written may have taken effect.
-   */
-  readonly signal?: AbortSignal;
 }
 
 /** Options of {@link KubeClient}. */
@@ -163,7 +123,8 @@ export interface ClientOptions {
   /**
    * Called synchronously right before a write (POST, PUT, PATCH, DELETE) is handed to `fetch`,
    * after the write fence passed it; `durationSeconds`, `code` and `retryAfterSeconds` are not
-   * known yet. For logs that must survive the process stopping right after (S13). Must not throw.
+   * known yet. For logs that must survive the process stopping right after
+   * (docs/scenarios.md S13). Must not throw.
    */
   onSendWrite?: (info: Pick<RequestInfo, "method" | "path" | "startedAtMs" | "auditId">) => void;
   /**
@@ -189,174 +150,10 @@ export interface ClientOptions {
 export const MAX_THROTTLE_WAIT_MS = 10_000;
 
 /**
- * Largest Retry-After honoured (s), so a broken header cannot stop the client for good. API
- * Priority and Fairness sends at most 32 (`maxRetryAfter` in dropped_requests_tracker.go).
- */
-export const MAX_RETRY_AFTER_SECONDS = 300;
-
-/** Common options of one call. */
-export interface CallOptions {
-  /** Namespace for namespaced resources. */
-  namespace?: string;
-  /** Aborts the request. */
-  signal?: AbortSignal;
-}
-
-/** Options of a list call (one page). */
-export interface ListOptions extends CallOptions {
-  /** Label selector (Kubernetes label selector syntax, e.g. `app=a,tier!=db`). */
-  labelSelector?: string;
-  /** Field selector, e.g. `metadata.name=x` or `status.phase=Running`. */
-  fieldSelector?: string;
-  /** Page size; the apiserver returns at most this many items and a `continue` token. */
-  limit?: number;
-  /** Token from the previous page. */
-  continue?: string;
-  /** "" or unset: from etcd (consistent); "0": any cached version. */
-  resourceVersion?: string;
-  /** How `resourceVersion` is matched (Kubernetes API concepts, "Resource versions"). */
-  resourceVersionMatch?: "NotOlderThan" | "Exact";
-}
-
-/** Options of a watch call. */
-export interface WatchOptions extends CallOptions {
-  /** Label selector (Kubernetes label selector syntax). */
-  labelSelector?: string;
-  /** Field selector, e.g. `metadata.name=x`. */
-  fieldSelector?: string;
-  /** Start after this resourceVersion. */
-  resourceVersion?: string;
-  /** Ask for BOOKMARK events (they carry only a resourceVersion). */
-  allowWatchBookmarks?: boolean;
-  /** Server-side timeout of the watch (seconds). */
-  timeoutSeconds?: number;
-  /** WatchList (KEP-3157): the initial state comes as ADDED events, ended by a bookmark. */
-  sendInitialEvents?: boolean;
-  /** With `sendInitialEvents`: `NotOlderThan` (the only value the apiserver accepts then). */
-  resourceVersionMatch?: "NotOlderThan";
-  /** Client idle bound: no byte for this long (ms) ends the stream with WatchIdleError; 0: none. */
-  idleTimeoutMs?: number;
-  /**
-   * Whether silence past `idleTimeoutMs` is a failure of the path (default true): the stream
-   * should have carried bytes (the apiserver sends this watch bookmarks), so its connection is
-   * presumed dead, the connection health is told and pooled connections are dropped. False for a
-   * stream that may rightly be quiet (an apiserver that sends no bookmarks): it is only ended,
-   * and reopening it is the liveness check.
-   */
-  idleIsFailure?: boolean;
-  /**
-   * Bound on the response headers (ms); default `idleTimeoutMs`. Past it the watch ends with
-   * WatchIdleError, a failure of the path. kube-apiserver answers a watch's headers at once (up
-   * to ~3 s for a resourceVersion its watch cache has not reached yet), so a short bound makes the
-   * reopening of a quiet stream a quick liveness check.
-   */
-  headersTimeoutMs?: number;
-  /** Called when the response headers arrive (the apiserver accepted the watch). Must not throw. */
-  onOpen?: () => void;
-}
-
-/** Patch flavours and their content types (Kubernetes API concepts, "Patch operations"). */
-export const PATCH_CONTENT_TYPES = {
-  json: "application/json-patch+json",
-  merge: "application/merge-patch+json",
-  strategic: "application/strategic-merge-patch+json",
-  apply: "application/apply-patch+yaml",
-} as const;
-
-/** Options of a patch call. */
-export interface PatchOptions extends CallOptions {
-  /** Patch flavour; default `merge`. */
-  type?: keyof typeof PATCH_CONTENT_TYPES;
-  /** Field manager name (required by the apiserver for `apply`). */
-  fieldManager?: string;
-  /** Server-side apply: take ownership of conflicting fields. */
-  force?: boolean;
-  /** e.g. `status`. */
-  subresource?: string;
-}
-
-/** Options of a create or update call. */
-export interface WriteOptions extends CallOptions {
-  /** Field manager recorded in managedFields. */
-  fieldManager?: string;
-  /** e.g. `status` (an update of the status subresource). */
-  subresource?: string;
-  /** Server-side dry run (`dryRun=All`): admission and validation run, nothing is stored. */
-  dryRun?: boolean;
-}
-
-/** Options of a delete call (DeleteOptions). */
-export interface DeleteOptions extends CallOptions {
-  /** How dependents are deleted (garbage collector); the apiserver's default per resource when unset. */
-  propagationPolicy?: "Foreground" | "Background" | "Orphan";
-  /** Seconds before the object is deleted for good (Pods: termination grace); 0 = at once. */
-  gracePeriodSeconds?: number;
-  /** Delete only if the object still has this uid / resourceVersion (else 409 Conflict). */
-  preconditions?: { uid?: string; resourceVersion?: string };
-}
-
-interface RawRequest {
-  method: string;
-  path: string;
-  query?: Record<string, string | number | boolean | undefined>;
-  body?: unknown;
-  contentType?: string;
-  signal?: AbortSignal;
-  /** Watch: no request timeout, body is streamed. */
-  stream?: boolean;
-  /** No retry of any kind (the health probe). */
-  noRetry?: boolean;
-}
-
-const IDEMPOTENT = new Set(["GET", "HEAD"]);
-
-/** The gate of a client with `retryAfterGate: false`: always open. */
-const NO_GATE: Pick<RetryAfterGate, "closedForMs" | "acquire" | "release"> = {
-  closedForMs: () => 0,
-  acquire: () => Promise.resolve(),
-  release: () => {},
-};
-
-/**
- * When the path to the apiserver recovers, a request sent before the one that got through and
- * still without an answer after this long (ms) is presumed to sit on a dead connection and is
- * ended (see the module doc). An apiserver answers all but the largest list pages well within a
- * second, and a request ended by mistake is only sent again.
- */
-export const STALLED_REQUEST_MIN_MS = 1_000;
-
-/** A request or watch in flight, for the stall rule. Times in ms since the epoch. */
-interface InFlight {
-  ctl: AbortController;
-  sentAtMs: number;
-  /** Last time bytes came (watches: headers, then every chunk). */
-  lastByteMs: number;
-}
-
-/** Why the client ended a request: the stall rule (see the module doc). */
-class StalledRequestError extends Error {
-  constructor() {
-    super("no answer on a connection presumed dead: a later request to the apiserver got through");
-    this.name = "StalledRequestError";
-  }
-}
-
-/** Whether an abort reason is a timeout (AbortSignal.timeout's DOMException). */
-const isTimeout = (reason: unknown) =>
-  reason instanceof DOMException && reason.name === "TimeoutError";
-
-function parseRetryAfter(h: string | null): number | undefined {
-  if (!h) return undefined;
-  const n = Number(h);
-  if (Number.isFinite(n)) return Math.max(0, n);
-  const t = Date.parse(h);
-  return Number.isNaN(t) ? undefined : Math.max(0, (t - Date.now()) / 1000);
-}
-
-/**
  * The REST client. One instance per apiserver connection; safe for concurrent use.
- * All methods throw {@link ApiError} for error answers, `ConfigError` when the credential cannot be
- * produced, and the signal's reason when aborted.
+ * All methods throw {@link ApiError} for error answers, `NetworkError` (mostly its
+ * `UnreachableError`) when no answer came, `ConfigError` when the credential cannot be produced,
+ * and the signal's reason when aborted.
  */
 export class KubeClient {
   /** The resolved connection. */
@@ -365,33 +162,18 @@ export class KubeClient {
   readonly proxy: ProxyChoice;
   /** The environment's proxy variables this client was given (or took). */
   readonly proxyEnvironment: ProxyEnvironment;
-  #creds: CredentialProvider;
-  #opts:
-    & Required<
-      Omit<
-        ClientOptions,
-        | "onRequest"
-        | "writeFence"
-        | "onSendWrite"
-        | "retryAfterGate"
-        | "health"
-        | "proxyEnvironment"
-      >
-    >
-    & Pick<ClientOptions, "onRequest" | "onSendWrite">;
-  #bucket: TokenBucket;
-  #host: string;
-  #fence?: WriteFence;
-  #gate: Pick<RetryAfterGate, "closedForMs" | "acquire" | "release">;
   /** Health of the path to the apiserver (see {@link ConnectionHealth}). */
   readonly health: ConnectionHealth;
+  #creds: CredentialProvider;
+  #requestTimeoutMs: number;
+  #fence?: WriteFence;
+  #gate: Gate;
+  #transport: Transport;
+  #sender: Sender;
   #ownsHealth: boolean;
   #unsubscribe: (() => void)[] = [];
-  /** Requests sent and not yet answered (headers). */
-  #requests = new Set<InFlight>();
-  /** Watch streams open (headers received). */
-  #watches = new Set<InFlight>();
   #fileCheckTimer?: ReturnType<typeof setTimeout>;
+  #watchDeps: WatchDeps;
 
   /**
    * A client of the apiserver `config` names; no request is sent until a verb is called.
@@ -406,35 +188,79 @@ export class KubeClient {
     } catch (err) {
       throw new ConfigError(`${config.source}: ${(err as Error).message}`);
     }
-    this.#creds = new CredentialProvider(config, Date.now, {
+    const creds = this.#creds = new CredentialProvider(config, Date.now, {
       proxy: denoProxy(this.proxy),
       execEnv: this.proxyEnvironment.raw,
     });
     this.health = opts.health ?? new ConnectionHealth();
     this.#ownsHealth = !opts.health;
+    this.#requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
+    this.#fence = opts.writeFence;
+    this.#gate = opts.retryAfterGate === false ? NO_GATE : new RetryAfterGate();
+    this.#transport = new Transport({
+      userAgent: opts.userAgent ?? "appservice-operator",
+      requestTimeoutMs: this.#requestTimeoutMs,
+      route: {
+        host: new URL(config.server).host,
+        proxy: this.proxy.url ? describeProxy(this.proxy) : undefined,
+      },
+      health: this.health,
+      onNoAnswer: () => creds.recheckAfterFailure(),
+      resetConnections: () => creds.resetConnections(),
+      onRequest: opts.onRequest,
+      onSendWrite: opts.onSendWrite,
+    });
+    const qps = opts.qps ?? 0;
+    this.#sender = new Sender({
+      server: config.server,
+      transport: this.#transport,
+      creds,
+      bucket: new TokenBucket(qps, opts.burst ?? Math.max(1, Math.ceil(qps * 2))),
+      gate: this.#gate,
+      maxRetries: opts.maxRetries ?? 5,
+      maxThrottleWaitMs: opts.maxThrottleWaitMs ?? MAX_THROTTLE_WAIT_MS,
+      fence: () => this.#fence,
+    });
+    this.#watchDeps = this.#makeWatchDeps();
+    this.#subscribe();
+  }
+
+  /** What {@link openWatch} uses of this client. */
+  #makeWatchDeps(): WatchDeps {
+    const watches = this.#transport.inFlight.watches;
+    return {
+      send: (req) => this.#sender.send(req),
+      watches,
+      requestTimeoutMs: this.#requestTimeoutMs,
+      health: this.health,
+      failed: (err) => this.#transport.failed(err),
+      resetConnections: () => this.#creds.resetConnections(),
+      opened: () => this.#armFileCheck(),
+      closed: () => {
+        if (watches.size > 0) return;
+        clearTimeout(this.#fileCheckTimer);
+        this.#fileCheckTimer = undefined;
+      },
+    };
+  }
+
+  /** Wires the probe, the stall rule at a recovery, and the watches' restart on new TLS material. */
+  #subscribe(): void {
     this.health.setProbe((signal) => this.#probe(signal));
+    const inFlight = this.#transport.inFlight;
     this.#unsubscribe.push(
-      this.health.onRecovered((r) => this.#endStalled(r)),
+      this.health.onRecovered((r: Recovery) => {
+        // Idle pooled connections may have died with the path (no FIN, no RST): a later request
+        // taken from the pool would wait on one until its timeout. New requests get new ones.
+        this.#creds.resetConnections();
+        inFlight.endStalled(r);
+      }),
       this.#creds.onTlsChange((c) =>
-        this.#restartWatches(
+        inFlight.restartWatches(
           new WatchRestartError("credentials", `${c.changed.join(", ")} changed`),
         )
       ),
     );
-    this.#opts = {
-      userAgent: opts.userAgent ?? "appservice-operator",
-      qps: opts.qps ?? 0,
-      burst: opts.burst ?? Math.max(1, Math.ceil((opts.qps ?? 0) * 2)),
-      maxRetries: opts.maxRetries ?? 5,
-      requestTimeoutMs: opts.requestTimeoutMs ?? 30_000,
-      maxThrottleWaitMs: opts.maxThrottleWaitMs ?? MAX_THROTTLE_WAIT_MS,
-      onRequest: opts.onRequest,
-      onSendWrite: opts.onSendWrite,
-    };
-    this.#bucket = new TokenBucket(this.#opts.qps, this.#opts.burst);
-    this.#host = new URL(config.server).host;
-    this.#fence = opts.writeFence;
-    this.#gate = opts.retryAfterGate === false ? NO_GATE : new RetryAfterGate();
   }
 
   /** Releases the HTTP clients, and the health tracker when it is this client's own. */
@@ -458,52 +284,19 @@ export class KubeClient {
     return this.#creds.lastFileError;
   }
 
-  /** A request got no answer: tell the health tracker, and check the credential files soon. */
-  #failed(err: unknown): void {
-    this.health.failed(err);
-    this.#creds.recheckAfterFailure();
-  }
-
-  /** The stall rule at a recovery (see the module doc). */
-  #endStalled(r: Recovery): void {
-    // Idle pooled connections may have died with the path (no FIN, no RST): a later request
-    // taken from the pool would wait on one until its timeout. New requests get new ones.
-    this.#creds.resetConnections();
-    const now = Date.now();
-    for (const e of this.#requests) {
-      if (e.sentAtMs < r.sentAtMs && now - e.sentAtMs >= STALLED_REQUEST_MIN_MS) {
-        e.ctl.abort(new StalledRequestError());
-      }
-    }
-    const since = new Date(r.failingSinceMs).toISOString();
-    for (const w of this.#watches) {
-      if (w.lastByteMs < r.failingSinceMs) {
-        w.ctl.abort(
-          new WatchRestartError(
-            "stalled",
-            `nothing received since the connection to the apiserver failed at ${since}`,
-          ),
-        );
-      }
-    }
-  }
-
-  #restartWatches(reason: WatchRestartError): void {
-    for (const w of this.#watches) w.ctl.abort(reason);
-  }
-
   /**
    * Checks the credential files every {@link CREDENTIAL_FILE_CHECK_MS} while a watch is open:
    * requests check them anyway, but a replica at rest sends none, and its watches must move to
    * rotated material too.
    */
   #armFileCheck(): void {
+    const watches = this.#transport.inFlight.watches;
     if (!this.#creds.hasFiles || this.#fileCheckTimer !== undefined) return;
-    if (this.#watches.size === 0) return;
+    if (watches.size === 0) return;
     const dueMs = this.#creds.lastCheckMs + CREDENTIAL_FILE_CHECK_MS - Date.now();
     this.#fileCheckTimer = setTimeout(async () => {
       this.#fileCheckTimer = undefined;
-      if (this.#watches.size === 0) return;
+      if (watches.size === 0) return;
       await this.#creds.checkFiles();
       this.#armFileCheck();
     }, Math.max(0, dueMs));
@@ -511,7 +304,12 @@ export class KubeClient {
 
   /** One `GET /version` without retries: the health probe. */
   async #probe(signal: AbortSignal): Promise<void> {
-    const resp = await this.#send({ method: "GET", path: "/version", signal, noRetry: true });
+    const resp = await this.#sender.send({
+      method: "GET",
+      path: "/version",
+      signal,
+      noRetry: true,
+    });
     await resp.body?.cancel();
   }
 
@@ -532,250 +330,8 @@ export class KubeClient {
     return this.#gate.closedForMs();
   }
 
-  /**
-   * Takes a slot of the Retry-After gate. A wait longer than `maxThrottleWaitMs` is not taken: it
-   * throws a client-side 429 with the remaining wait (nothing is sent).
-   */
-  #acquireGate(label: string, signal?: AbortSignal): Promise<void> {
-    return this.#gate.acquire(this.#opts.maxThrottleWaitMs, (waitMs) =>
-      new ApiError(429, {
-        kind: "Status",
-        status: "Failure",
-        reason: "TooManyRequests",
-        code: 429,
-        message: `not sent: the apiserver asked this client to wait ${
-          Math.ceil(waitMs / 1000)
-        } s more (Retry-After)`,
-      }, { retryAfterSeconds: waitMs / 1000, request: label }), signal);
-  }
-
-  /**
-   * Sends one request with retries (see module doc) and returns the successful Response.
-   * @throws ApiError for a non-2xx answer after retries.
-   */
-  async #send(req: RawRequest): Promise<Response> {
-    const url = new URL(this.config.server + req.path);
-    for (const [k, v] of Object.entries(req.query ?? {})) {
-      if (v !== undefined && v !== "") url.searchParams.set(k, String(v));
-    }
-    const label = `${req.method} ${req.path}`;
-    const body = req.body === undefined ? undefined : JSON.stringify(req.body);
-    const isWrite = !IDEMPOTENT.has(req.method);
-    const maxRetries = req.noRetry ? 0 : this.#opts.maxRetries;
-    let retriedAuth = false;
-    let retriedStalled = false;
-    for (let attempt = 0;; attempt++) {
-      await this.#bucket.wait(req.signal);
-      let cred: Awaited<ReturnType<CredentialProvider["get"]>> | undefined;
-      // The gate again after the credential: another request may have met a 429 meanwhile.
-      for (let i = 0; i < 100 && !cred; i++) {
-        await this.#acquireGate(label, req.signal);
-        try {
-          cred = await this.#creds.get(req.signal);
-        } catch (err) {
-          this.#gate.release();
-          throw err;
-        }
-        if (this.#gate.closedForMs() > 0) {
-          this.#gate.release();
-          cred.release();
-          cred = undefined;
-        }
-      }
-      if (!cred) throw new Error(`${label}: the Retry-After gate kept closing`);
-      // Our own audit ID (the apiserver keeps a client's Audit-ID: k8s.io/apiserver
-      // pkg/endpoints/filters/with_auditid.go), so that client logs and the audit log meet even
-      // when no answer comes.
-      const auditId = crypto.randomUUID();
-      const headers: Record<string, string> = {
-        "Accept": "application/json",
-        "User-Agent": this.#opts.userAgent,
-        "Audit-ID": auditId,
-      };
-      if (cred.authorization) headers["Authorization"] = cred.authorization;
-      if (body !== undefined) headers["Content-Type"] = req.contentType ?? "application/json";
-      // `own` ends the request under the stall rule (see #endStalled).
-      const own = new AbortController();
-      const signals: AbortSignal[] = [own.signal];
-      if (req.signal) signals.push(req.signal);
-      const timeout = req.stream ? undefined : AbortSignal.timeout(this.#opts.requestTimeoutMs);
-      if (timeout) signals.push(timeout);
-      const fence = isWrite ? this.#fence : undefined;
-      // Writes in flight stop with the fence; and once more just after fetch() (below).
-      const late = fence ? new AbortController() : undefined;
-      if (fence?.signal) signals.push(fence.signal);
-      if (late) signals.push(late.signal);
-      // The write fence, synchronously: from here to fetch() nothing awaits (S13).
-      try {
-        fence?.check(req.method, req.path);
-      } catch (err) {
-        this.#gate.release();
-        cred.release();
-        throw err;
-      }
-      const started = performance.now();
-      if (isWrite && this.#opts.onSendWrite) {
-        try {
-          this.#opts.onSendWrite({
-            method: req.method,
-            path: req.path,
-            startedAtMs: performance.timeOrigin + started,
-            auditId,
-          });
-        } catch { /* logs must not break requests */ }
-      }
-      const entry: InFlight = { ctl: own, sentAtMs: Date.now(), lastByteMs: 0 };
-      this.#requests.add(entry);
-      let resp: Response;
-      try {
-        const sending = fetch(url, {
-          method: req.method,
-          headers,
-          body,
-          signal: AbortSignal.any(signals),
-          client: cred.httpClient,
-        });
-        // The request is written when the event loop next runs its connection; should this
-        // process stop before that (SIGSTOP, a long pause), the code after the stop sees the
-        // fence closed and cancels it, and an unwritten request is never sent.
-        if (fence && late) {
-          queueMicrotask(() => {
-            try {
-              fence.check(req.method, req.path);
-            } catch (err) {
-              late.abort(err);
-            }
-          });
-        }
-        resp = await sending;
-      } catch (err) {
-        this.#requests.delete(entry);
-        this.#gate.release();
-        cred.release();
-        this.#record(req, "<error>", started, auditId);
-        if (req.signal?.aborted) {
-          // The caller's own time bound (e.g. a Lease renewal's deadline) ran out without an
-          // answer: that is a failure of the path; a shutdown is not.
-          if (isTimeout(req.signal.reason)) {
-            this.#failed(new Error(`${label}: no answer before the caller's deadline`));
-            this.#creds.resetConnections();
-          }
-          throw req.signal.reason;
-        }
-        // Stopped by the write fence (S13): nothing to say about the path.
-        if (late?.signal.aborted) throw late.signal.reason;
-        if (fence?.signal?.aborted) throw fence.signal.reason;
-        if (own.signal.aborted) {
-          // The stall rule ended it: it sat on a dead connection while a later request got an
-          // answer. A watch is resumed by its consumer; a read is sent again once, a write fails
-          // as at its timeout (it may or may not have reached the apiserver).
-          if (req.stream) {
-            throw new WatchRestartError("stalled", `${label}: ${own.signal.reason.message}`);
-          }
-          if (IDEMPOTENT.has(req.method) && !retriedStalled) {
-            retriedStalled = true;
-            attempt--;
-            continue;
-          }
-          throw new Error(`${label}: ${own.signal.reason.message}`, { cause: own.signal.reason });
-        }
-        // The HTTP client was closed between get() and fetch() (the provider was closed): the
-        // request never left, so it is safe to send again whatever its method.
-        if (err instanceof Deno.errors.BadResource && attempt < maxRetries) continue;
-        this.#failed(
-          timeout?.aborted
-            ? new Error(`${label}: no answer within ${this.#opts.requestTimeoutMs / 1000} s`)
-            : err,
-        );
-        // No answer within the request timeout: the pooled connections may be dead (a network
-        // path that drops packets); the next attempt, and every later request, gets a new one
-        // (see resetConnections).
-        if (timeout?.aborted) this.#creds.resetConnections();
-        if (IDEMPOTENT.has(req.method) && !req.stream && attempt < maxRetries) {
-          await sleep(Math.min(200 * 2 ** attempt, 5_000), req.signal);
-          continue;
-        }
-        throw new UnreachableError(
-          label,
-          this.#host,
-          this.proxy.url ? describeProxy(this.proxy) : undefined,
-          networkErrorReason(err),
-          { cause: err },
-        );
-      }
-      this.#requests.delete(entry);
-      cred.release();
-      this.health.succeeded(entry.sentAtMs);
-      const retryAfter = parseRetryAfter(resp.headers.get("Retry-After"));
-      const throttled = resp.status === 429 || (resp.status === 503 && retryAfter !== undefined);
-      this.#gate.release(
-        throttled && retryAfter !== undefined
-          ? Math.min(retryAfter, MAX_RETRY_AFTER_SECONDS)
-          : undefined,
-      );
-      this.#record(req, String(resp.status), started, auditId, retryAfter);
-      if (resp.ok) return resp;
-      const text = await resp.text().catch(() => "");
-      let status: Status | undefined;
-      try {
-        const parsed = JSON.parse(text);
-        if (parsed?.kind === "Status") status = parsed;
-      } catch { /* not JSON */ }
-      // A plain-text body (e.g. "404 page not found\n" for a type the apiserver does not serve).
-      if (!status) {
-        status = { message: text.trim().slice(0, 200) || resp.statusText, code: resp.status };
-      }
-      if (resp.status === 401 && !retriedAuth) {
-        retriedAuth = true;
-        this.#creds.invalidate();
-        continue;
-      }
-      const retryable = throttled ||
-        (IDEMPOTENT.has(req.method) && !req.stream && resp.status >= 500 && resp.status !== 501);
-      // A Retry-After longer than the gate's bound goes back to the caller at once.
-      const waitable = retryAfter === undefined ||
-        retryAfter * 1000 <= this.#opts.maxThrottleWaitMs;
-      if (retryable && waitable && attempt < maxRetries) {
-        // With a Retry-After the gate at the top of the loop waits it out (without a gate, this
-        // request alone waits it); without one, back off.
-        if (retryAfter === undefined) {
-          await sleep(Math.max(Math.min(200 * 2 ** attempt, 5_000), 50), req.signal);
-        } else if (this.#gate === NO_GATE || retryAfter < 0.05) {
-          await sleep(Math.max(retryAfter * 1000, 50), req.signal);
-        }
-        continue;
-      }
-      // The Lease-holder admission policy's refusal is a fenced write, not an API error.
-      throw fencedByServer(
-        new ApiError(resp.status, status, { retryAfterSeconds: retryAfter, request: label }),
-      );
-    }
-  }
-
-  #record(
-    req: RawRequest,
-    code: string,
-    startedMs: number,
-    auditId: string,
-    retryAfterSeconds?: number,
-  ): void {
-    if (!this.#opts.onRequest) return;
-    try {
-      this.#opts.onRequest({
-        method: req.method,
-        path: req.path,
-        code,
-        host: this.#host,
-        startedAtMs: performance.timeOrigin + startedMs,
-        durationSeconds: (performance.now() - startedMs) / 1000,
-        retryAfterSeconds,
-        auditId,
-      });
-    } catch { /* metrics must not break requests */ }
-  }
-
   async #json<T>(req: RawRequest): Promise<T> {
-    const resp = await this.#send(req);
+    const resp = await this.#sender.send(req);
     return await resp.json() as T;
   }
 
@@ -795,14 +351,7 @@ export class KubeClient {
       method: "GET",
       path: resourcePath(rt, o.namespace),
       signal: o.signal,
-      query: {
-        labelSelector: o.labelSelector,
-        fieldSelector: o.fieldSelector,
-        limit: o.limit,
-        continue: o.continue,
-        resourceVersion: o.resourceVersion,
-        resourceVersionMatch: o.resourceVersionMatch,
-      },
+      query: listQuery(o),
     });
   }
 
@@ -832,44 +381,7 @@ export class KubeClient {
     onPage: (page: ObjectList<T>) => void | Promise<void>,
     onExpired?: (err: ApiError) => void,
   ): Promise<{ resourceVersion: string; pages: number; items: number; expired: boolean }> {
-    let cont: string | undefined;
-    let rv: string | undefined;
-    let pages = 0;
-    let items = 0;
-    do {
-      let page: ObjectList<T> | undefined;
-      try {
-        page = await this.list<T>(rt, {
-          ...o,
-          limit: o.limit ?? 500,
-          continue: cont,
-          resourceVersion: cont ? undefined : o.resourceVersion,
-          resourceVersionMatch: cont ? undefined : o.resourceVersionMatch,
-        });
-      } catch (err) {
-        if (!cont || !(err instanceof ApiError) || !isGone(err)) throw err;
-        onExpired?.(err);
-        let full: ObjectList<T> | undefined = await this.list<T>(rt, {
-          ...o,
-          limit: undefined,
-          continue: undefined,
-        });
-        const n = full.items?.length ?? 0;
-        const fullRv = full.metadata?.resourceVersion ?? "";
-        await onPage(full);
-        full = undefined;
-        return { resourceVersion: fullRv, pages: pages + 1, items: n, expired: true };
-      }
-      pages++;
-      rv ??= page.metadata?.resourceVersion ?? "";
-      items += page.items?.length ?? 0;
-      cont = page.metadata?.continue || undefined;
-      await onPage(page);
-      // Let this page go before the next request is awaited (a suspended async function keeps
-      // what its variables still point at).
-      page = undefined;
-    } while (cont && pages < 100_000);
-    return { resourceVersion: rv ?? "", pages, items, expired: false };
+    return await listInPages((page) => this.list<T>(rt, page), o, onPage, onExpired);
   }
 
   /**
@@ -899,7 +411,7 @@ export class KubeClient {
       path: resourcePath(rt, ns),
       body: obj,
       signal: o.signal,
-      query: { fieldManager: o.fieldManager, dryRun: o.dryRun ? "All" : undefined },
+      query: writeQuery(o),
     });
   }
 
@@ -925,30 +437,22 @@ export class KubeClient {
     patch: unknown,
     o: PatchOptions = {},
   ): Promise<T> {
-    const type = o.type ?? "merge";
     return this.#json<T>({
       method: "PATCH",
       path: resourcePath(rt, o.namespace, name, o.subresource),
       body: patch,
-      contentType: PATCH_CONTENT_TYPES[type],
+      contentType: PATCH_CONTENT_TYPES[o.type ?? "merge"],
       signal: o.signal,
-      query: {
-        fieldManager: o.fieldManager,
-        force: type === "apply" && o.force ? true : undefined,
-      },
+      query: patchQuery(o),
     });
   }
 
   /** Deletes an object; answers the object (with deletionTimestamp) or a Status. */
   delete(rt: ResourceType, name: string, o: DeleteOptions = {}): Promise<KubeObject | Status> {
-    const body: Record<string, unknown> = { apiVersion: "v1", kind: "DeleteOptions" };
-    if (o.propagationPolicy) body.propagationPolicy = o.propagationPolicy;
-    if (o.gracePeriodSeconds !== undefined) body.gracePeriodSeconds = o.gracePeriodSeconds;
-    if (o.preconditions) body.preconditions = o.preconditions;
     return this.#json({
       method: "DELETE",
       path: resourcePath(rt, o.namespace, name),
-      body,
+      body: deleteBody(o),
       signal: o.signal,
     });
   }
@@ -970,7 +474,7 @@ export class KubeClient {
 
   /**
    * Opens a watch and yields its events in batches (every frame of one chunk of the body, in
-   * order; see {@link decodeWatchBatches}) until the server ends the stream (normal at
+   * order; see `decodeWatchBatches` in watch.ts) until the server ends the stream (normal at
    * `timeoutSeconds`). ERROR frames are thrown as ApiError (410: relist) after the events before
    * them; a silent stream past `idleTimeoutMs` throws WatchIdleError. Breaking out of the loop
    * closes the connection. Bulk consumers (the reflector) use this to pay one async step per
@@ -979,8 +483,8 @@ export class KubeClient {
    * The idle bound also covers the wait for the response headers (a request sent into a stalled
    * connection otherwise waits forever: watches have no request timeout); a WatchList
    * (`sendInitialEvents`) waits for its headers at most the request timeout, as a list would, and
-   * then fails with a plain Error (the apiserver answers only once it can serve a consistent
-   * state: one whose etcd stalls does not answer at all). A WatchIdleError
+   * then fails with a `NetworkError` of kind `timeout` (the apiserver answers only once it
+   * can serve a consistent state: one whose etcd stalls does not answer at all). A WatchIdleError
    * drops the pooled connections ({@link CredentialProvider.resetConnections}) so that the next
    * watch does not go into a pooled connection on the same stalled path. A watch ended by the
    * client throws {@link WatchRestartError} (see the module doc): resume it at once.
@@ -989,86 +493,6 @@ export class KubeClient {
     rt: ResourceType,
     o: WatchOptions = {},
   ): AsyncGenerator<ObjectWatchEvent<T>[]> {
-    const ctl = new AbortController();
-    const onAbort = () => ctl.abort(o.signal?.reason);
-    o.signal?.addEventListener("abort", onAbort, { once: true });
-    const idleMs = o.idleTimeoutMs ?? 0;
-    // A WatchList's headers come only once the apiserver has the state to send (its watch cache
-    // caught up with etcd's current revision), as a list's answer does: that wait is bounded like
-    // a list, by the request timeout, and failing it is a failed request, not an idle watch.
-    const listMs = this.#opts.requestTimeoutMs;
-    const noInitialEvents = o.sendInitialEvents && (idleMs === 0 || listMs < idleMs)
-      ? new Error(
-        `GET ${resourcePath(rt, o.namespace)} (watch list): no answer within ${listMs / 1000} s`,
-      )
-      : undefined;
-    const headersMs = noInitialEvents ? listMs : (o.headersTimeoutMs ?? idleMs);
-    const headersTimer = headersMs > 0
-      ? setTimeout(() => ctl.abort(noInitialEvents ?? new WatchIdleError(headersMs)), headersMs)
-      : undefined;
-    let stream: InFlight | undefined;
-    try {
-      const resp = await this.#send({
-        method: "GET",
-        path: resourcePath(rt, o.namespace),
-        signal: ctl.signal,
-        stream: true,
-        query: {
-          watch: true,
-          labelSelector: o.labelSelector,
-          fieldSelector: o.fieldSelector,
-          resourceVersion: o.resourceVersion,
-          allowWatchBookmarks: o.allowWatchBookmarks,
-          timeoutSeconds: o.timeoutSeconds,
-          sendInitialEvents: o.sendInitialEvents,
-          resourceVersionMatch: o.resourceVersionMatch,
-        },
-      });
-      clearTimeout(headersTimer);
-      if (!resp.body) return;
-      const s: InFlight = stream = { ctl, sentAtMs: Date.now(), lastByteMs: Date.now() };
-      this.#watches.add(s);
-      this.#armFileCheck();
-      try {
-        o.onOpen?.();
-      } catch { /* reporting must not break the stream */ }
-      // Bytes on this stream show that its connection is alive, not that new ones work: they keep
-      // it from the stall rule but do not end a failing episode (a request's answer does).
-      yield* decodeWatchBatches<T>(resp.body, idleMs, () => ctl.abort(), () => {
-        s.lastByteMs = Date.now();
-      });
-    } catch (err) {
-      if (o.signal?.aborted) throw o.signal.reason;
-      if (ctl.signal.reason instanceof WatchRestartError) throw ctl.signal.reason;
-      if (noInitialEvents && ctl.signal.reason === noInitialEvents) {
-        // As a list without an answer within its timeout (see #send): the pooled connections
-        // may be dead.
-        this.#failed(noInitialEvents);
-        this.#creds.resetConnections();
-        throw noInitialEvents;
-      }
-      if (err instanceof WatchIdleError) {
-        // Silent past its bound (see the reflector: the apiserver's bookmark cadence).
-        // No headers within the bound is a failure whatever the stream would carry; so is
-        // silence while other requests get no answer either.
-        if (o.idleIsFailure !== false || !stream || !this.health.healthy) {
-          this.#failed(err);
-          this.#creds.resetConnections();
-        }
-      } else if (stream && !(err instanceof ApiError)) {
-        // The stream broke mid-way (a connection reset, a cut link).
-        this.#failed(err);
-      }
-      throw err;
-    } finally {
-      clearTimeout(headersTimer);
-      o.signal?.removeEventListener("abort", onAbort);
-      if (stream) this.#watches.delete(stream);
-      if (this.#watches.size === 0) {
-        clearTimeout(this.#fileCheckTimer);
-        this.#fileCheckTimer = undefined;
-      }
-      ctl.abort();
-    }
+    yield* openWatch<T>(this.#watchDeps, resourcePath(rt, o.namespace), o);
   }
 }

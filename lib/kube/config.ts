@@ -19,10 +19,9 @@
  *
  * @module
  */
-// js-yaml (an ES module: one file) rather than `yaml` (CommonJS, ~60 files): measured under
-// `deno task start`'s flags, importing the operator costs 44 ms less CPU at start-up and 0.5 MiB
-// less RSS. CORE_SCHEMA is YAML 1.2's core schema, as `yaml` parses by default: no timestamps
-// turned into Dates, no merge keys.
+// js-yaml rather than `yaml`: why, in docs/design/client.md ("Kubeconfig parsing"). CORE_SCHEMA
+// is YAML 1.2's core schema, as `yaml` parses by default: no timestamps turned into Dates, no
+// merge keys.
 import { CORE_SCHEMA, load } from "js-yaml";
 import { ConfigError } from "./errors.ts";
 

@@ -22,12 +22,9 @@
  * - An exec plugin's ExecCredential is cached until its `expirationTimestamp` (or forever without
  *   one) and the plugin is run again after a 401.
  * - A credential that cannot be produced throws {@link ConfigError}; no request goes out without it.
- * - Connections are HTTP/1.1 (as kube-rs's client), not HTTP/2: Deno's fetch over HTTP/2 stalls
- *   ~40 ms on about one large response in seven (a 500-object list page; measured against a Go
- *   net/http server, which a Go client reads without stalls, and against kube-apiserver 1.36:
- *   mean 16.1 ms per page over HTTP/2 against 10.5 ms over HTTP/1.1). A consistent list of 10,000
- *   ConfigMaps in pages of 500 syncs in ~183 ms instead of ~272 ms. Each request in flight has a
- *   connection of its own; idle ones are pooled and reused.
+ * - Connections are HTTP/1.1 (as kube-rs's client), not HTTP/2 (why: docs/design/client.md,
+ *   "HTTP/1.1"). Each request in flight has a connection of its own; idle ones are pooled and
+ *   reused.
  *
  * @module
  */
@@ -39,6 +36,7 @@ import {
   type ExecConfig,
 } from "./config.ts";
 import { ConfigError } from "./errors.ts";
+import { runExecPlugin } from "./exec.ts";
 
 /** How long a token read from a file is used before the file is read again (ms); client-go, 1 min. */
 export const TOKEN_FILE_REREAD_MS = 60_000;
@@ -51,8 +49,7 @@ export const TOKEN_FILE_REREAD_MS = 60_000;
 export const CREDENTIAL_FILE_CHECK_MS = 60_000;
 /** Re-checks of the credential files triggered by failed requests are at least this far apart (ms). */
 export const CREDENTIAL_RECHECK_MIN_INTERVAL_MS = 1_000;
-/** An exec credential plugin that has not answered after this long is killed (ms). */
-export const EXEC_TIMEOUT_MS = 30_000;
+export { EXEC_TIMEOUT_MS } from "./exec.ts";
 
 /** What one request presents. */
 export interface Credential {
@@ -450,123 +447,19 @@ export class CredentialProvider {
   }
 
   async #runExec(exec: ExecConfig): Promise<void> {
-    const command = exec.command.includes("/") && !exec.command.startsWith("/")
-      ? `${exec.baseDir}/${exec.command}`
-      : exec.command;
-    // The proxy variables the client took from this process's environment (proxy.ts) go back
-    // to the plugin, which inherits the rest of the environment.
-    const env: Record<string, string> = { ...this.#execEnv };
-    for (const e of exec.env ?? []) env[e.name] = e.value;
-    env.KUBERNETES_EXEC_INFO = JSON.stringify({
-      apiVersion: exec.apiVersion,
-      kind: "ExecCredential",
-      spec: { interactive: false },
-    });
-    const out = await runBounded(command, exec.args ?? [], env, EXEC_TIMEOUT_MS);
-    if (out.timedOut) {
-      throw new ConfigError(
-        `exec plugin ${command} gave no answer within ${EXEC_TIMEOUT_MS / 1000} s and was killed`,
-      );
-    }
-    if (out.code !== 0) {
-      const stderr = out.stderr.trim().split("\n").pop() ?? "";
-      throw new ConfigError(`exec plugin ${command} exited with code ${out.code}: ${stderr}`);
-    }
-    // deno-lint-ignore no-explicit-any
-    let ec: any;
-    try {
-      ec = JSON.parse(out.stdout);
-    } catch {
-      throw new ConfigError(`exec plugin ${command} did not print an ExecCredential as JSON`);
-    }
-    if (ec?.kind !== "ExecCredential" || !ec.status) {
-      throw new ConfigError(`exec plugin ${command} printed no ExecCredential status`);
-    }
-    const s = ec.status;
-    const parsed = s.expirationTimestamp ? Date.parse(s.expirationTimestamp) : Infinity;
-    const expiresAtMs = Number.isNaN(parsed) ? Infinity : parsed;
-    if (s.token) {
+    const out = await runExecPlugin(exec, this.#execEnv);
+    if (out.token !== undefined) {
       this.#execPair = undefined;
-      this.#auth = { authorization: `Bearer ${s.token}`, expiresAtMs };
-    } else if (s.clientCertificateData && s.clientKeyData) {
-      const pair = { certPem: s.clientCertificateData, keyPem: s.clientKeyData };
-      const changed = this.#pairKey(pair) !== this.#pairKey(this.#execPair);
-      this.#execPair = pair;
-      this.#auth = { expiresAtMs };
-      // A new certificate: build its client now, so that an unusable one fails this refresh.
-      if (changed) {
-        this.#currentTransport();
-        this.#emitTls({ changed: ["exec"] });
-      }
-    } else {
-      throw new ConfigError(
-        `exec plugin ${command}: ExecCredential status has neither token nor client certificate and key`,
-      );
+      this.#auth = { authorization: `Bearer ${out.token}`, expiresAtMs: out.expiresAtMs };
+      return;
+    }
+    const changed = this.#pairKey(out.pair) !== this.#pairKey(this.#execPair);
+    this.#execPair = out.pair;
+    this.#auth = { expiresAtMs: out.expiresAtMs };
+    // A new certificate: build its client now, so that an unusable one fails this refresh.
+    if (changed) {
+      this.#currentTransport();
+      this.#emitTls({ changed: ["exec"] });
     }
   }
-}
-
-/**
- * Runs a command with stdin closed and collects stdout/stderr as text, killing it (SIGKILL) after
- * `timeoutMs`. Does not wait for pipes that a leftover grandchild keeps open once the command
- * itself has exited or been killed (a plugin script whose `sleep` outlives it).
- * @throws ConfigError when the command cannot be started.
- */
-async function runBounded(
-  command: string,
-  args: string[],
-  env: Record<string, string>,
-  timeoutMs: number,
-): Promise<{ code: number; stdout: string; stderr: string; timedOut: boolean }> {
-  let child: Deno.ChildProcess;
-  try {
-    child = new Deno.Command(command, {
-      args,
-      env,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    })
-      .spawn();
-  } catch (err) {
-    throw new ConfigError(`exec plugin ${command} could not run: ${(err as Error).message}`);
-  }
-  const collect = (stream: ReadableStream<Uint8Array>) => {
-    const reader = stream.getReader();
-    const chunks: Uint8Array[] = [];
-    const done = (async () => {
-      try {
-        while (true) {
-          const r = await reader.read();
-          if (r.done) break;
-          chunks.push(r.value);
-        }
-      } catch { /* cancelled */ }
-    })();
-    return {
-      done,
-      cancel: () => reader.cancel().catch(() => {}),
-      text: () => new TextDecoder().decode(new Uint8Array(chunks.flatMap((c) => [...c]))),
-    };
-  };
-  const out = collect(child.stdout);
-  const err = collect(child.stderr);
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    try {
-      child.kill("SIGKILL");
-    } catch { /* gone */ }
-  }, timeoutMs);
-  const status = await child.status;
-  clearTimeout(timer);
-  // Give the pipes a moment to drain, then stop waiting for them.
-  const drained = Promise.all([out.done, err.done]);
-  const grace = new Promise<void>((r) => {
-    const t = setTimeout(r, 1_000);
-    drained.finally(() => clearTimeout(t));
-  });
-  await Promise.race([drained, grace]);
-  await Promise.all([out.cancel(), err.cancel()]);
-  return { code: status.code, stdout: out.text(), stderr: err.text(), timedOut };
 }

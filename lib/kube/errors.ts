@@ -1,6 +1,7 @@
 /**
  * Typed errors for the Kubernetes client: {@link ApiError} carries a `metav1.Status`,
- * {@link ConfigError} a one-line description of an unusable kubeconfig or credential, and
+ * {@link ConfigError} a one-line description of an unusable kubeconfig or credential,
+ * {@link NetworkError} (and its {@link UnreachableError}) a request that got no answer, and
  * {@link FencedError} a write the client refused to send (its write fence was closed) or that the
  * apiserver refused because this replica is not the Lease's holder (the server-side fence).
  *
@@ -91,8 +92,9 @@ export type FenceReason =
 
 /**
  * A write the client refused to send because its write fence was closed at the moment of sending
- * (S13: only the Lease holder with a fresh renewal writes), or one the apiserver refused because
- * the Lease names another holder (S23, reason `NotLeaseHolder`, built by {@link fencedByServer}).
+ * (docs/scenarios.md S13: only the Lease holder with a fresh renewal writes), or one the apiserver
+ * refused because the Lease names another holder (docs/scenarios.md S23, reason `NotLeaseHolder`,
+ * built by {@link fencedByServer}).
  * Nothing was stored either way, so it is always safe to retry later; a reconcile that meets it
  * ends and is requeued, and it is not a reconcile error. Raised by a `WriteFence`
  * (lib/kube/client.ts), e.g. the Lease holder's `LeaseFence` (lib/runtime/leader.ts), and by the
@@ -167,7 +169,7 @@ export const LEASE_FENCE_PHRASE = "not the Lease holder";
 
 /**
  * True for the apiserver's refusal of a write by deploy/'s Lease-holder admission policy
- * (issue 25, S23): 403 Forbidden from a ValidatingAdmissionPolicy whose message starts with
+ * (docs/scenarios.md S23): 403 Forbidden from a ValidatingAdmissionPolicy whose message starts with
  * {@link LEASE_FENCE_PHRASE} (`... ValidatingAdmissionPolicy '<policy>' ... denied request: not
  * the Lease holder: ...`). The one place where a message is read: no reason or cause tells a
  * policy's refusal apart from RBAC's.
@@ -250,8 +252,8 @@ export const NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating";
  * (k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle) refuses every create there with
  * Forbidden and appends a StatusCause of type {@link NAMESPACE_TERMINATING_CAUSE} (field
  * `metadata.namespace`). Branches on the cause type, never on the message. The cause type is
- * the StatusCause's `reason` in JSON (metav1.StatusCause: `Type CauseType json:"reason"`); checking
- * a `type` key, as this operator once did, never matches.
+ * the StatusCause's `reason` in JSON (metav1.StatusCause: `Type CauseType json:"reason"`), not a
+ * `type` key.
  */
 export const isNamespaceTerminating = (err: unknown): boolean =>
   err instanceof ApiError && err.code === 403 &&
@@ -290,4 +292,135 @@ export function networkErrorReason(err: unknown): string {
     e = cause;
   }
   return msg.split("\n")[0].replace(/^error sending request for url \([^)]*\): /, "");
+}
+
+/**
+ * How a request failed to get an answer ({@link NetworkError.kind}):
+ * - `timeout`: no answer within the request timeout (or a WatchList's headers within it);
+ * - `refused`: the connection was refused (nothing listens at the address);
+ * - `tls`: the TLS handshake failed (e.g. a certificate the trusted CAs do not sign);
+ * - `dns`: the host name did not resolve;
+ * - `unreachable`: any other failure of the path (a reset connection, a dead proxy, ...);
+ * - `stalled`: ended by the client's stall rule: it sat on a connection presumed dead while a
+ *   later request got an answer (lib/kube/client.ts, "Connection health").
+ */
+export type NetworkErrorKind = "timeout" | "refused" | "tls" | "dns" | "unreachable" | "stalled";
+
+/**
+ * A request that got no answer from the apiserver: the path failed, the apiserver said nothing
+ * (an answer of any status is an {@link ApiError} instead). A write that fails so may or may not
+ * have reached the apiserver. `cause` is the underlying error (fetch's, or the abort reason).
+ * Branch on `kind`, never on the message; {@link networkErrorIn} finds one in a cause chain.
+ */
+export class NetworkError extends Error {
+  /** How it failed; see {@link NetworkErrorKind}. */
+  readonly kind: NetworkErrorKind;
+  /** HTTP verb of the request, e.g. `GET`. */
+  readonly method: string;
+  /** Path of the request without the query. */
+  readonly path: string;
+  /** One line: why no answer came (e.g. `tcp connect error: Connection refused (os error 111)`). */
+  readonly reason: string;
+
+  /**
+   * The error of one request that got no answer; the message is `<label>: <detail>`.
+   * @param kind see {@link NetworkErrorKind}
+   * @param request verb and path; `label` (default `METHOD path`) starts the message
+   * @param reason one line: why no answer came
+   * @param detail the message after the label; default `reason`
+   * @param options the underlying error as `cause`
+   */
+  constructor(
+    kind: NetworkErrorKind,
+    request: { method: string; path: string; label?: string },
+    reason: string,
+    detail: string = reason,
+    options?: ErrorOptions,
+  ) {
+    super(`${request.label ?? `${request.method} ${request.path}`}: ${detail}`, options);
+    this.name = "NetworkError";
+    this.kind = kind;
+    this.method = request.method;
+    this.path = request.path;
+    this.reason = reason;
+  }
+}
+
+/**
+ * A request that got no answer from the apiserver through the connection (a refused or reset
+ * connection, a TLS failure, a timeout): a {@link NetworkError} whose message names the host and,
+ * when the request went through a proxy, that proxy (`cannot reach 10.0.0.1:6443 through proxy
+ * http://proxy:3128 (HTTPS_PROXY): tcp connect error`), so a dead proxy is not blamed on the
+ * apiserver. {@link isUnreachable} finds one in a cause chain.
+ */
+export class UnreachableError extends NetworkError {
+  /** The apiserver's `host:port`. */
+  readonly host: string;
+  /** The proxy the request went through (`url (source)`), if any. */
+  readonly proxy?: string;
+  /**
+   * The error of one request that got no answer.
+   * @param label the request, e.g. `GET /api/v1/pods`
+   * @param host the apiserver's `host:port`
+   * @param proxy the proxy used, if any (a description for the message)
+   * @param reason why no answer came, one line
+   * @param options the underlying error as `cause`; `kind` (default `unreachable`)
+   */
+  constructor(
+    label: string,
+    host: string,
+    proxy: string | undefined,
+    reason: string,
+    options?: ErrorOptions & { kind?: Exclude<NetworkErrorKind, "stalled"> },
+  ) {
+    const space = label.indexOf(" ");
+    super(
+      options?.kind ?? "unreachable",
+      space < 0
+        ? { method: "", path: label, label }
+        : { method: label.slice(0, space), path: label.slice(space + 1), label },
+      reason,
+      `cannot reach ${host}${proxy ? ` through proxy ${proxy}` : ""}: ${reason}`,
+      options,
+    );
+    this.name = "UnreachableError";
+    this.host = host;
+    this.proxy = proxy;
+  }
+}
+
+/** The first error of `err`'s `cause` chain (5 deep, `err` itself first) that `is` accepts. */
+function inCauseChain<E>(err: unknown, is: (e: unknown) => e is E): E | undefined {
+  let e: unknown = err;
+  for (let depth = 0; depth < 5 && e; depth++) {
+    if (is(e)) return e;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/**
+ * The {@link NetworkError} in `err`'s cause chain (5 deep), when there is one and its kind is
+ * one of `kinds` (any kind when none are given); else undefined.
+ */
+export function networkErrorIn(
+  err: unknown,
+  ...kinds: NetworkErrorKind[]
+): NetworkError | undefined {
+  const e = inCauseChain(err, (x): x is NetworkError => x instanceof NetworkError);
+  return e && (kinds.length === 0 || kinds.includes(e.kind)) ? e : undefined;
+}
+
+/**
+ * Whether `err`, or an error in its `cause` chain (5 deep), is a {@link NetworkError} of one of
+ * `kinds` (any kind when none are given): the request got no answer.
+ */
+export function isNetworkError(err: unknown, ...kinds: NetworkErrorKind[]): boolean {
+  return networkErrorIn(err, ...kinds) !== undefined;
+}
+
+/** Whether `err`, or an error in its `cause` chain (5 deep), is an {@link UnreachableError}. */
+export function isUnreachable(err: unknown): boolean {
+  return inCauseChain(err, (x): x is UnreachableError => x instanceof UnreachableError) !==
+    undefined;
 }

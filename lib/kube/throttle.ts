@@ -1,7 +1,7 @@
 /**
  * Client-side flow control: a token bucket (client-go `flowcontrol.NewTokenBucketRateLimiter`: at
  * most `qps` requests a second on average, `burst` at once; disabled when `qps` is 0), and the
- * client-wide Retry-After gate {@link RetryAfterGate} (S16).
+ * client-wide Retry-After gate {@link RetryAfterGate} (docs/scenarios.md S16).
  *
  * @module
  */
@@ -81,15 +81,14 @@ export interface RetryAfterGateOptions {
 }
 
 /**
- * A client-wide Retry-After gate (S16). A throttled answer (429, or 503 with `Retry-After`)
+ * A client-wide Retry-After gate (docs/scenarios.md S16). A throttled answer (429, or 503 with `Retry-After`)
  * closes it: no request of the client is admitted before the Retry-After has passed, whichever
  * request got it. When it opens again, requests are admitted through a window of concurrent
  * requests that starts at half the requests in flight when the throttling came (at least 1), is
  * halved again by each further throttled answer, grows by one every `windowStepMs` without one,
  * and stops limiting at `windowOpenAt`; waiting requests are admitted in arrival order. Without
  * the window every request that waited would be sent at the same instant and most would be
- * rejected again (measured: 462 of 679 requests rejected, 24 AppServices converged in 287 s
- * instead of seconds; tests/e2e/throttle_test.ts).
+ * rejected again (measured in docs/design/client.md, "The Retry-After gate").
  *
  * Use: {@link acquire} before sending (it reserves a slot), {@link closedForMs} once more
  * synchronously right before sending (another request may have been throttled meanwhile: then

@@ -1,11 +1,15 @@
 /**
- * Decoding of a watch response body: newline-delimited JSON `{type, object}` frames
- * (Kubernetes API concepts, "Efficient detection of changes"), with an idle bound so that a stream
- * that stops delivering bytes without closing is noticed.
+ * Watches: opening one and following its life ({@link openWatch}: the bound on its headers, its
+ * place among the streams the stall rule looks at, what its end says about the path), and
+ * decoding its response body: newline-delimited JSON `{type, object}` frames (Kubernetes API
+ * concepts, "Efficient detection of changes"), with an idle bound so that a stream that stops
+ * delivering bytes without closing is noticed.
  *
  * @module
  */
-import { ApiError, type Status } from "./errors.ts";
+import { ApiError, NetworkError, type Status } from "./errors.ts";
+import { type RawRequest, type WatchOptions, watchQuery } from "./params.ts";
+import type { InFlight } from "./transport.ts";
 
 /** One frame of a watch stream. BOOKMARK carries only `metadata.resourceVersion`. */
 export type WatchEvent<T> =
@@ -159,9 +163,8 @@ export const WATCH_READ_BUFFER_BYTES = 64 * 1024;
 
 /**
  * Reads a body chunk by chunk. A byte stream (a fetch body) is read with a BYOB reader into one
- * reused buffer: measured on Deno 2.9 over 6.4 MB of watch events from a loopback TLS server,
- * median 16 ms against 35 ms with the default reader (which allocates a buffer per chunk). Any
- * other stream falls back to the default reader. `next()` resolves undefined at the end; the
+ * reused buffer (the default reader allocates one per chunk; the measurement is in
+ * docs/design/client.md, "Reading watch bodies"). Any other stream falls back to the default reader. `next()` resolves undefined at the end; the
  * chunk it gives is valid until the next call.
  */
 function chunkReader(body: ReadableStream<Uint8Array>): {
@@ -217,4 +220,140 @@ export async function* decodeWatchStream<T>(
   for await (const batch of decodeWatchBatches<T>(body, idleMs, onIdle)) {
     for (const ev of batch) yield ev;
   }
+}
+
+/** What {@link openWatch} uses of its client. */
+export interface WatchDeps {
+  /** Sends a request with the client's retries and returns the successful Response. */
+  send(req: RawRequest): Promise<Response>;
+  /** The client's open watch streams (the stall rule ends the silent ones). */
+  watches: Set<InFlight>;
+  /** The client's request timeout (ms): a WatchList's bound on its headers. */
+  requestTimeoutMs: number;
+  /** Health of the path. */
+  health: { readonly healthy: boolean };
+  /** Tells the health of a failure of the path. */
+  failed(err: unknown): void;
+  /** Drops the pooled connections (they may sit on a stalled path). */
+  resetConnections(): void;
+  /** A stream was added to `watches`. */
+  opened(): void;
+  /** A stream was removed from `watches` (or never added). */
+  closed(): void;
+}
+
+/**
+ * Opens a watch of `path` and yields its events in batches until the server ends the stream;
+ * `KubeClient.watchBatches` (lib/kube/client.ts) documents the contract. The response headers
+ * are bounded by `headersTimeoutMs` (default `idleTimeoutMs`), a WatchList's by the request
+ * timeout when that is shorter ({@link headersBound}).
+ * @throws what `KubeClient.watchBatches` documents
+ */
+export async function* openWatch<T>(
+  deps: WatchDeps,
+  path: string,
+  o: WatchOptions,
+): AsyncGenerator<ObjectWatchEvent<T>[]> {
+  const ctl = new AbortController();
+  const onAbort = () => ctl.abort(o.signal?.reason);
+  o.signal?.addEventListener("abort", onAbort, { once: true });
+  const bound = headersBound(path, o, deps.requestTimeoutMs);
+  const headersTimer = bound.ms > 0
+    ? setTimeout(() => ctl.abort(bound.noAnswer ?? new WatchIdleError(bound.ms)), bound.ms)
+    : undefined;
+  let stream: InFlight | undefined;
+  try {
+    const resp = await deps.send({
+      method: "GET",
+      path,
+      signal: ctl.signal,
+      stream: true,
+      query: watchQuery(o),
+    });
+    clearTimeout(headersTimer);
+    if (!resp.body) return;
+    const s: InFlight = stream = streamOpened(deps, ctl, o);
+    // Bytes on this stream show that its connection is alive, not that new ones work: they keep
+    // it from the stall rule but do not end a failing episode (a request's answer does).
+    yield* decodeWatchBatches<T>(resp.body, o.idleTimeoutMs ?? 0, () => ctl.abort(), () => {
+      s.lastByteMs = Date.now();
+    });
+  } catch (err) {
+    throw watchFailed(deps, err, o, ctl.signal, bound.noAnswer, stream);
+  } finally {
+    clearTimeout(headersTimer);
+    o.signal?.removeEventListener("abort", onAbort);
+    if (stream) deps.watches.delete(stream);
+    deps.closed();
+    ctl.abort();
+  }
+}
+
+/**
+ * The bound on a watch's response headers (ms; 0: none) and, for a WatchList bounded like a
+ * list, the error it fails with. A WatchList's headers come only once the apiserver has the
+ * state to send (its watch cache caught up with etcd's current revision), as a list's answer
+ * does: that wait is bounded by the request timeout, and failing it is a failed request (a
+ * {@link NetworkError} of kind `timeout`), not an idle watch.
+ */
+export function headersBound(
+  path: string,
+  o: WatchOptions,
+  requestTimeoutMs: number,
+): { ms: number; noAnswer?: NetworkError } {
+  const idleMs = o.idleTimeoutMs ?? 0;
+  if (o.sendInitialEvents && (idleMs === 0 || requestTimeoutMs < idleMs)) {
+    const label = `GET ${path} (watch list)`;
+    const why = `no answer within ${requestTimeoutMs / 1000} s`;
+    const noAnswer = new NetworkError("timeout", { method: "GET", path, label }, why);
+    return { ms: requestTimeoutMs, noAnswer };
+  }
+  return { ms: o.headersTimeoutMs ?? idleMs };
+}
+
+/** A watch's headers came: track the stream for the stall rule and tell `onOpen`. */
+function streamOpened(deps: WatchDeps, ctl: AbortController, o: WatchOptions): InFlight {
+  const s: InFlight = { ctl, sentAtMs: Date.now(), lastByteMs: Date.now() };
+  deps.watches.add(s);
+  deps.opened();
+  try {
+    o.onOpen?.();
+  } catch { /* reporting must not break the stream */ }
+  return s;
+}
+
+/**
+ * The error a watch ends with, telling the health what it says about the path: no answer to a
+ * WatchList within its bound, no headers within the bound, a silence that is a failure (see
+ * `WatchOptions.idleIsFailure`) and a stream broken mid-way are failures of the path; an ERROR
+ * frame (an answer), the caller's abort and a restart by the client are not.
+ */
+function watchFailed(
+  deps: WatchDeps,
+  err: unknown,
+  o: WatchOptions,
+  signal: AbortSignal,
+  noAnswer: NetworkError | undefined,
+  stream: InFlight | undefined,
+): unknown {
+  if (o.signal?.aborted) return o.signal.reason;
+  if (signal.reason instanceof WatchRestartError) return signal.reason;
+  if (noAnswer && signal.reason === noAnswer) {
+    // As a list without an answer within its timeout: the pooled connections may be dead.
+    deps.failed(noAnswer);
+    deps.resetConnections();
+    return noAnswer;
+  }
+  if (err instanceof WatchIdleError) {
+    // No headers within the bound is a failure whatever the stream would carry; so is silence
+    // while other requests get no answer either.
+    if (o.idleIsFailure !== false || !stream || !deps.health.healthy) {
+      deps.failed(err);
+      deps.resetConnections();
+    }
+  } else if (stream && !(err instanceof ApiError)) {
+    // The stream broke mid-way (a connection reset, a cut link).
+    deps.failed(err);
+  }
+  return err;
 }

@@ -40,7 +40,7 @@
  * @module
  */
 import type { KubeClient, KubeObject } from "../kube/client.ts";
-import { type FencedError, isFenced, isNotFound } from "../kube/errors.ts";
+import { ApiError, type FencedError, isFenced, isNotFound } from "../kube/errors.ts";
 import { EVENTS } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { microTime } from "./leader.ts";
@@ -130,8 +130,7 @@ export class EventWriteError extends Error {
         why = `aborted; may have reached the apiserver (${cause.request})`;
       }
     } else {
-      const code = (cause as { code?: unknown })?.code;
-      sent = typeof code === "number" ? "yes" : "maybe";
+      sent = cause instanceof ApiError ? "yes" : "maybe";
       why = cause instanceof Error ? cause.message : String(cause);
     }
     super(`Event ${reason} about ${regarding}: ${why}`, { cause });

@@ -9,6 +9,7 @@
 import { assert, assertEquals } from "../assert.ts";
 import { ConnectionHealth, type HealthEvent } from "../../lib/kube/connection.ts";
 import { KubeClient, STALLED_REQUEST_MIN_MS } from "../../lib/kube/client.ts";
+import { NetworkError } from "../../lib/kube/errors.ts";
 import { CONFIGMAPS } from "../../lib/kube/resources.ts";
 import { WatchRestartError } from "../../lib/kube/watch.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
@@ -145,9 +146,10 @@ Deno.test("client: once a later request gets through, a stuck read is sent again
   const srv = server();
   const client = loopbackClient(srv.url);
   const stop = new AbortController();
-  const collect = async (label: string) => {
+  const opened = [Promise.withResolvers<void>(), Promise.withResolvers<void>()];
+  const collect = async (label: string, n: number) => {
     try {
-      const o = { namespace: "default", signal: stop.signal };
+      const o = { namespace: "default", signal: stop.signal, onOpen: () => opened[n].resolve() };
       for await (const _ of client.watchBatches(CONFIGMAPS, o)) { /* */ }
       return `${label}: ended`;
     } catch (err) {
@@ -156,9 +158,11 @@ Deno.test("client: once a later request gets through, a stuck read is sent again
     }
   };
   try {
-    const silent = collect("silent");
-    await new Promise((r) => setTimeout(r, 50));
-    const live = collect("live");
+    // Both watches accepted (their headers are answers) before the path fails.
+    const silent = collect("silent", 0);
+    await opened[0].promise;
+    const live = collect("live", 1);
+    await opened[1].promise;
     const stuck = client.get(CONFIGMAPS, "stuck", { namespace: "default" });
     await new Promise((r) => setTimeout(r, 50));
     // Some request got no answer: the path is failing from now on.
@@ -192,7 +196,7 @@ Deno.test("client: a WatchList without an answer fails like a list at the reques
       for await (const _ of client.watchBatches(CONFIGMAPS, o)) { /* */ }
       return "ended";
     } catch (err) {
-      return String(err);
+      return err instanceof NetworkError ? `${err.kind}: ${err.message}` : String(err);
     }
   };
   try {
@@ -200,7 +204,7 @@ Deno.test("client: a WatchList without an answer fails like a list at the reques
     const wl = await open(true);
     assertEquals(
       wl,
-      "Error: GET /api/v1/namespaces/default/configmaps (watch list): no answer within 0.2 s",
+      "timeout: GET /api/v1/namespaces/default/configmaps (watch list): no answer within 0.2 s",
     );
     const first = await Promise.race([plain, new Promise((r) => setTimeout(() => r("open"), 300))]);
     assertEquals(first, "open");
