@@ -490,19 +490,34 @@ Deno.test("leader: stopped while it acquires, the term ends before any write and
   assertEquals(api.lease!.spec!.holderIdentity, "a", "the Lease runs out by itself");
 });
 
-Deno.test("leader: a takeover is sealed: the new holder writes itself only after the apiserver's policy refuses the previous one", async () => {
+/**
+ * Seal tests: `a` ("pod-a_1") holds the Lease; the policy's informer shows `informerHolder`; `b`
+ * ("pod-b_2", sealing, its reports in `reports`) has seen a's Lease, which has now expired for it.
+ */
+async function sealSetup(informerHolder: string) {
   const api = new FakeLeaseApi();
   const clock = new FakeClock();
   const reports: HandoverReport[] = [];
   const a = elector(api, "pod-a_1", clock);
+  assert(await a.tryAcquireOrRenew());
+  api.policy = { informerHolder, probes: [] };
+  const b = await sealSetupB(api, clock, reports);
+  return { api, clock, reports, a, b };
+}
+
+/** A sealing candidate "pod-b_2" that has seen the current Lease, which has now expired for it. */
+async function sealSetupB(api: FakeLeaseApi, clock: FakeClock, reports: HandoverReport[]) {
   const b = elector(api, "pod-b_2", clock, {
     sealTakeover: true,
     onHandover: (r) => reports.push(r),
   });
-  assert(await a.tryAcquireOrRenew());
-  api.policy = { informerHolder: "pod-a_1", probes: [] };
   assertEquals(await b.tryAcquireOrRenew(), false);
-  clock.advance(4_000); // a's Lease expires for b
+  clock.advance(4_000);
+  return b;
+}
+
+Deno.test("leader: a takeover is sealed: the new holder writes itself only after the apiserver's policy refuses the previous one", async () => {
+  const { api, clock, reports, a, b } = await sealSetup("pod-a_1");
 
   // b writes its marker, then probes every 20 ms while the apiserver's informer lags.
   const abort = new AbortController();
@@ -517,9 +532,9 @@ Deno.test("leader: a takeover is sealed: the new holder writes itself only after
     await flush();
   }
   assertEquals(api.lease!.spec!.holderIdentity, marker, "b took the Lease before the seal held");
-  assert(api.policy.probes.length >= 3 && api.policy.probes.every((p) => !p.admitted));
+  assert(api.policy!.probes.length >= 3 && api.policy!.probes.every((p) => !p.admitted));
   // The informer catches up with the marker: the next probe's refusal names it; b takes the Lease.
-  api.policy.informerHolder = marker;
+  api.policy!.informerHolder = marker;
   clock.advance(20);
   await flush();
   assert(await taking);
@@ -539,19 +554,7 @@ Deno.test("leader: a takeover is sealed: the new holder writes itself only after
 
 Deno.test("leader: a seal without a policy in force waits for nothing; one that never holds ends at the renew deadline", async () => {
   // No policy: the first probe is admitted, the takeover follows at once.
-  const api = new FakeLeaseApi();
-  const clock = new FakeClock();
-  const reports: HandoverReport[] = [];
-  const a = elector(api, "pod-a_1", clock);
-  const b = elector(api, "pod-b_2", clock, {
-    sealTakeover: true,
-    onHandover: (r) => reports.push(r),
-  });
-  assert(await a.tryAcquireOrRenew());
-  api.policy = { informerHolder: "", probes: [] };
-  api.policy.informerHolder = "pod-b_x"; // admits b: as with no policy at all
-  assertEquals(await b.tryAcquireOrRenew(), false);
-  clock.advance(4_000);
+  const { api, clock, reports, b } = await sealSetup("pod-b_x"); // admits b: as with no policy
   assert(await b.tryAcquireOrRenew());
   assertEquals(reports.map((r) => `${r.step} ${r.outcome} ${r.probes}`), ["seal not-in-force 1"]);
   // A policy stuck on the old holder: the seal gives up at the renew deadline (3 s) and takes.
@@ -559,7 +562,7 @@ Deno.test("leader: a seal without a policy in force waits for nothing; one that 
     sealTakeover: true,
     onHandover: (r) => reports.push(r),
   });
-  api.policy.informerHolder = "pod-b_2";
+  api.policy!.informerHolder = "pod-b_2";
   assertEquals(await c.tryAcquireOrRenew(), false);
   clock.advance(4_000);
   const abort = new AbortController();
