@@ -142,7 +142,7 @@ function makeClients(v: FlagValues, metrics: Metrics): Clients {
 
 /**
  * The Lease holder identity, `<Pod name>_<8 random hex>`: deploy/'s Lease-holder admission policy
- * compares its prefix with the Pod name of the request's bound ServiceAccount token (README,
+ * compares its prefix with the Pod name of the request's bound ServiceAccount token (docs/security.md,
  * "Server-side fence"). The Pod name comes from APPSERVICE_POD_NAME (the downward API in
  * deploy/deployment.yaml), else the hostname (a Pod's hostname is its name, cut to 63 chars).
  */

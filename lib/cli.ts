@@ -1,7 +1,7 @@
 /**
  * Command-line flags of the operator: one table gives each flag's name (controller-runtime's
  * names where they exist), its environment variable, kind, default and help, so parsing,
- * `--help` and the README agree, and the type of each parsed value is inferred from the table
+ * `--help` and docs/operations.md agree, and the type of each parsed value is inferred from the table
  * ({@link FlagValues}: `values["leader-elect"]` is a boolean, `values["sync-period"]` a number of
  * ms, `values["log-level"]` one of {@link LOG_LEVELS}). Flags win over environment variables,
  * which win over defaults.
@@ -35,7 +35,7 @@ export interface FlagSpec {
   choices?: readonly string[];
   /** Default, as text in the flag's own syntax ("" for none). */
   default: string;
-  /** One line for `--help` and the README. */
+  /** One line for `--help` and docs/operations.md. */
   help: string;
 }
 
@@ -371,8 +371,8 @@ export function helpText(): string {
 }
 
 /**
- * The README's flag table (GitHub markdown, one row per flag in {@link FLAGS} order: flag, env,
- * default, what), as tests/unit/cli_test.ts compares it with README.md.
+ * The flag table of docs/operations.md (GitHub markdown, one row per flag in {@link FLAGS} order: flag, env,
+ * default, what), as tests/unit/cli_test.ts compares it with docs/operations.md.
  */
 export function markdownFlagTable(): string {
   const code = (v: string) => v === "" ? "" : `\`${v}\``;

@@ -767,7 +767,9 @@ export const Condition = Type.Object({
   status: Type.Union([Type.Literal("True"), Type.Literal("False"), Type.Literal("Unknown")], {
     description: "True, False or Unknown.",
   }),
-  reason: Type.String({ description: "Why, in one UpperCamelCase word (see the README's table)." }),
+  reason: Type.String({
+    description: "Why, in one UpperCamelCase word (see the table in docs/api.md).",
+  }),
   message: Type.String({ description: "Why, for humans: names the Pod and the cause." }),
   lastTransitionTime: Type.String({
     format: "date-time",
