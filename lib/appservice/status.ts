@@ -511,7 +511,7 @@ export const REASON_PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded";
 
 /**
  * Progressing reason while every Pod is at the current spec and some are stuck (docs/scenarios.md
- * S24): the rollout
+ * docs/scenarios.md S24): the rollout
  * waits for Pods that will not become Ready by themselves (a crash loop, a missing Secret, no
  * Node that fits), until its deadline.
  */
@@ -583,7 +583,7 @@ export function progressingCondition(
   }
   if (converged && stuck.length > 0) {
     // Not a healthy start: these Pods will not become Ready by themselves soon (docs/scenarios.md
-    // S24).
+    // docs/scenarios.md S24).
     return {
       type: "Progressing",
       status: "True",

@@ -30,7 +30,7 @@ import { WatchRestartError } from "./watch.ts";
 
 /**
  * Decides, at the moment a write is sent, whether it may leave this process (docs/scenarios.md
- * S13). Called synchronously immediately before a POST, PUT, PATCH or DELETE is handed to
+ * docs/scenarios.md S13). Called synchronously immediately before a POST, PUT, PATCH or DELETE is handed to
  * `fetch`; it must throw (e.g. `FencedError` from errors.ts) to refuse, and must not block. Reads
  * are never checked.
  */

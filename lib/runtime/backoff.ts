@@ -8,7 +8,7 @@
  * doubling has reached the cap, are spread over [maxMs / (1 + jitter), maxMs) instead of all
  * being `maxMs`. Without that, clients that failed together retry together for ever: on a link
  * that drops every connection every few seconds, capped retries fell into the drops in lockstep
- * (S15). client-go's `wait.Backoff` also jitters after capping (its delays then reach
+ * (docs/scenarios.md S15). client-go's `wait.Backoff` also jitters after capping (its delays then reach
  * (1 + jitter) × cap); here the cap stays the longest delay.
  *
  * @module

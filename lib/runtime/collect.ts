@@ -13,10 +13,8 @@
  * execution: "sync", flavor: "last-resort"})`, V8's `CollectAllAvailableGarbage`, the collection
  * behind `LowMemoryNotification`: full GCs until nothing more is freed, compaction to reduce the
  * footprint, and the emptied pages given back to the OS. Two plain `gc()` calls free the same
- * objects but keep the emptied pages pooled (committed) for reuse. Measured with a 28 MiB heap of
- * which 7 MiB live (deno 2.9.6, V8 15.0, `--max-semi-space-size=1`): RSS 70 → 67 MiB after two
- * `gc()` calls, 66 → 43 MiB after one last-resort collection, which also took less time (25 ms
- * against 44 ms).
+ * objects but keep the emptied pages pooled (committed) for reuse (docs/design/runtime.md,
+ * "Collections at rest").
  *
  * @module
  */
@@ -83,10 +81,8 @@ export interface IdleState {
  * it took) or, at rest, the heap has grown by {@link IDLE_GC_MIN_GROWTH_BYTES} and
  * {@link IDLE_GC_MIN_GROWTH_RATIO} of what was live after the last one (probes and bookmarks take
  * many minutes to earn one). After work the growth is no guide: what was live at the last
- * collection (requests in flight, queued keys) is garbage by the time the controllers rest.
- * Measured at N=1,000 in `deno task bench`: with a growth rule after work (1 MiB, or 2 MiB and
- * 10%), 3.7–4.2 MiB of garbage stayed at idle after converging (idle RSS 86.5–87.8 MiB against
- * 82.3–83.8 after a forced collection).
+ * collection (requests in flight, queued keys) is garbage by the time the controllers rest
+ * (docs/design/runtime.md, "Collections at rest").
  */
 export function idleCollectionDue(s: IdleState): boolean {
   if (s.idleLooks < IDLE_GC_LOOKS) return false;

@@ -10,7 +10,7 @@
  *   {@link defaultErrorPolicy} decides: a write refused by the Lease fence is requeued with
  *   backoff (result `requeue`); an apiserver asking to come back later (429, 503 with
  *   Retry-After) is requeued after the larger of the key's backoff and the Retry-After (result
- *   `requeue_after`, S16); a 409 Conflict (an optimistic lock lost to a newer write) is requeued
+ *   `requeue_after`, docs/scenarios.md S16); a 409 Conflict (an optimistic lock lost to a newer write) is requeued
  *   with backoff; none of these is a reconcile error. Anything else (or exceeding
  *   `reconcileTimeoutMs`) is logged with its key, counted in
  *   `controller_runtime_reconcile_errors_total` and re-added with per-key exponential backoff
@@ -45,10 +45,9 @@ import type { Store } from "./store.ts";
 
 /**
  * How long (ms) the workers may hold the event loop with reconciles that resolve without waiting
- * on I/O before they let it turn (sockets, timers): 5 ms. Measured in `deno task bench` before
- * this rule, a restart's first pass over objects already converged kept `/readyz` from answering
- * for 0.3–0.4 s at 1,000 AppServices, 0.6 s at 5,000 and 1.8 s at 10,000; a kubelet probe's
- * default timeout is 1 s. See {@link turnIfHeld} for what the turn costs.
+ * on I/O before they let it turn (sockets, timers): 5 ms, so probes and watch events are served
+ * during a pass over converged objects (docs/design/runtime.md, "Worker turn"). See
+ * {@link turnIfHeld} for what the turn costs.
  */
 export const WORKER_TURN_MS = 5;
 
@@ -74,10 +73,7 @@ const markTurn = () => {
  * Why a timer: Deno serves sockets (the HTTP server and client tasks) only when its event loop
  * has no JavaScript ready to run; a callback or promise that is ready at once keeps them waiting.
  * `setImmediate`, `MessageChannel` and even an operation on Deno's blocking thread pool are
- * ready too soon. Measured (deno 2.9.6; a server and a client in one process, 4 workers of 1 ms
- * tasks, 0.42 s in all): the request was answered only after the whole pass with any of those,
- * and after 0.13 s with a 0 ms timer every 5 ms (0.25 s every 10 ms, 0.09 s every 2 ms), the pass
- * taking 3.5% longer (8–11% every 2 ms).
+ * ready too soon (docs/design/runtime.md, "Worker turn", has the measurements).
  */
 function turnIfHeld(): Promise<void> | undefined {
   const now = performance.now();
@@ -180,10 +176,10 @@ export interface ErrorDecision {
 
 /**
  * The default decisions ({@link ErrorPolicy} falls back to them): a fenced write (`FencedError`:
- * this replica may not write now, S13) and a 409 Conflict (an optimistic lock lost to a newer
+ * this replica may not write now, docs/scenarios.md S13) and a 409 Conflict (an optimistic lock lost to a newer
  * write, e.g. a status computed from an older resourceVersion) are requeued with backoff; a
  * throttled request (429, or 503 with Retry-After) after the larger of the backoff and its
- * Retry-After (S16); none of them is a reconcile error. Anything else: `undefined` (an error,
+ * Retry-After (docs/scenarios.md S16); none of them is a reconcile error. Anything else: `undefined` (an error,
  * with backoff).
  */
 export function defaultErrorPolicy(err: unknown): ErrorDecision | undefined {

@@ -5,9 +5,8 @@
  *
  * Why: Deno implements `monitorEventLoopDelay` with an HDR histogram of 5 significant digits that
  * grows to cover the largest delay seen (Deno's `tokio_eld` crate, `Histogram::new(5)`), and
- * prom-client resets it on every scrape, which writes every counter. Measured in the operator
- * (`deno task bench`, BENCHMARKS.md memory section): one 12–20 MiB block of zeroed counters,
- * all of it resident, the largest single allocation outside the V8 heap. This monitor keeps
+ * prom-client resets it on every scrape, which writes every counter: one block of zeroed counters
+ * of many MiB, all of it resident (docs/design/runtime.md, "Event-loop monitor"). This monitor keeps
  * {@link EVENT_LOOP_SAMPLE_CAPACITY} samples since the last reset (a uniform reservoir beyond
  * that) plus exact running min, max, mean and standard deviation: 16 KiB.
  *
@@ -16,9 +15,7 @@
  * That is what event-loop lag means to a reader of these metrics and close to what Deno's monitor
  * reports (the time a task waited to be run); Node's own histogram instead records the whole
  * interval between timer runs, resolution included. The timer runs every 100 ms, not every
- * 10 ms as Node's default resolution: measured, a 10 ms JS interval costs Deno about 1.7% of a
- * core at idle, 100 ms about 0.25% (the operator at idle: 0.66 CPU s per 30 s with 10 ms, 0.24
- * with Deno's own monitor). Empty (after a reset): `min` is 9223372036854775807 (Node's and
+ * 10 ms as Node's default resolution, for its cost at idle (docs/design/runtime.md). Empty (after a reset): `min` is 9223372036854775807 (Node's and
  * Deno's "no value"), `max` 0, `mean` and `stddev` NaN, percentiles 0, as Node answers.
  *
  * @module

@@ -5,10 +5,10 @@
  * filters.WithAuthenticationAndAuthorization`, as kubebuilder v4 scaffolds it.
  *
  * The HTTPS server is node:https (Deno's Node compatibility layer), not `Deno.serve`, for two
- * measured reasons: `Deno.serve` over TLS answers HTTP/1.1 requests (Prometheus's, curl's) with a
- * body over ~1 KB about 40 ms late on every request (Nagle's algorithm meeting the client's
- * delayed ACK; TCP_NODELAY cannot be set on its TLS connections): 44 ms against ~1–7 ms with
- * node:https on the same machine; and node's `setSecureContext` swaps the certificate for new
+ * reasons (docs/design/runtime.md, "Secure metrics server"): `Deno.serve` over TLS answers
+ * HTTP/1.1 requests with a body over ~1 KB about 40 ms late (Nagle's algorithm meeting the
+ * client's delayed ACK; TCP_NODELAY cannot be set on its TLS connections); and node's
+ * `setSecureContext` swaps the certificate for new
  * connections under the running listener, where `Deno.serve` would have to close and reopen the
  * port. It speaks HTTP/1.1 only, which is also kubebuilder's default for the metrics server
  * (`--enable-http2=false`, for the 2023 HTTP/2 Rapid Reset CVEs). Plain HTTP stays on

@@ -1,6 +1,6 @@
 /**
  * Namespaces in which nothing can be created any more, remembered from the apiserver's first
- * answer that says so (S21), so that a controller stops creating there — Events included — instead
+ * answer that says so (docs/scenarios.md S21), so that a controller stops creating there — Events included — instead
  * of fighting the namespace controller while it deletes the namespace's content.
  *
  * The apiserver's NamespaceLifecycle admission plugin refuses every create in a namespace whose

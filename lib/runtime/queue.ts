@@ -6,7 +6,7 @@
  *   dirty and handed out again after {@link WorkQueue.done};
  * - {@link WorkQueue.addRateLimited} waits the larger of a per-key exponential backoff (5 ms
  *   doubling to 1,000 s), an overall token bucket (10 per second, burst 100) and a minimum the
- *   caller gives (the server's Retry-After, S16);
+ *   caller gives (the server's Retry-After, docs/scenarios.md S16);
  *   {@link WorkQueue.forget} resets a key's backoff after success;
  * - {@link WorkQueue.addAfter} keeps the earliest of several pending delays for one key;
  * - {@link WorkQueue.shutDown} stops handing out keys at once; {@link WorkQueue.drain} waits for
