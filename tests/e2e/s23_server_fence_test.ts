@@ -289,9 +289,13 @@ Deno.test("server-side fence: writes held in the path and delivered after a take
         const alreadyTerminating = (l: { e: AuditEvent }) => {
           if (l.e.verb !== "delete" || !ok(l.e)) return false;
           const at = receivedMs(l.e);
-          const first = events.find((p) =>
+          // The latest DELETE of the same object accepted before this one.
+          const first = events.filter((p) =>
             p !== l.e && p.verb === "delete" && ok(p) && pathOf(p) === pathOf(l.e) &&
             receivedMs(p) < at
+          ).reduce<AuditEvent | undefined>(
+            (a, p) => !a || receivedMs(p) > receivedMs(a) ? p : a,
+            undefined,
           );
           if (!first) return false;
           return !events.some((c) =>
