@@ -21,6 +21,7 @@ import type { KubeClient } from "../kube/client.ts";
 import { FencedError } from "../kube/errors.ts";
 import { EVENTS } from "../kube/resources.ts";
 import { type Clock, realClock, sleepOn } from "./clock.ts";
+import { microTime } from "./leader.ts";
 
 /**
  * Prefix of a handover marker: the holder identity a candidate writes while it seals a takeover.
@@ -66,13 +67,12 @@ export async function probeLeaseFence(
   identity: string,
   signal?: AbortSignal,
 ): Promise<FenceProbe> {
-  const now = new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
   try {
     await client.create(EVENTS, {
       apiVersion: "events.k8s.io/v1",
       kind: "Event",
       metadata: { name: `${name}.lease-fence-probe`, namespace },
-      eventTime: now,
+      eventTime: microTime(Date.now()),
       reportingController: "apps.our-org.com/lease-handover",
       reportingInstance: identity.slice(0, 128),
       action: "Probe",
