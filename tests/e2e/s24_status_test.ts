@@ -210,10 +210,20 @@ Deno.test("S24: the conditions of an AppService whose Pods crash-loop, cannot st
     ];
     for (const k of cases) {
       await t.step(`${k.reason}: Degraded and Progressing say what Ready says`, async () => {
-        const a = await waitFor(`${k.name}: Ready reason ${k.reason}`, async () => {
-          const x = await getAs(ns, k.name);
-          return cond(x, "Ready")?.reason === k.reason ? x : undefined;
-        }, 30_000);
+        // Wait for the status that has seen every stuck Pod: the kubelet states are set one Pod
+        // at a time, so a status written between two of them names only the first.
+        const a = await waitFor(
+          `${k.name}: Ready reason ${k.reason} naming ${k.pods}`,
+          async () => {
+            const x = await getAs(ns, k.name);
+            const degraded = cond(x, "Degraded")?.message ?? "";
+            return cond(x, "Ready")?.reason === k.reason &&
+                k.pods.every((p) => degraded.includes(p))
+              ? x
+              : undefined;
+          },
+          30_000,
+        );
         // The conditions are written together: the same status carries all three.
         console.log(`S24 ${k.name}:\n${show(a)}`);
         const degraded = cond(a, "Degraded")!;
