@@ -33,6 +33,7 @@ import { PODDISRUPTIONBUDGETS, PODS, SERVICES } from "../kube/resources.ts";
 import type { ReconcileContext } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
 import { errorText } from "../runtime/log.ts";
+import { isControlledBy } from "../runtime/ownership.ts";
 import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import { APPSERVICES } from "./api.ts";
 import {
@@ -362,10 +363,7 @@ export class Actor {
   async #alreadyExists(t: Turn, name: string, ns: string): Promise<void> {
     const other = await this.#d.client.get<Pod>(PODS, name, { namespace: ns, signal: t.ctx.signal })
       .catch(() => undefined);
-    const ours = other?.metadata?.ownerReferences?.some((r) =>
-      r.controller && r.uid === t.as.metadata.uid
-    );
-    if (other && !ours) {
+    if (other && !isControlledBy(other, t.as.metadata.uid)) {
       t.failures.push({
         reason: "PodNameConflict",
         message: `Pod ${name} exists and is not owned by this AppService`,
@@ -478,9 +476,7 @@ export class Actor {
       labelSelector: MANAGED_SELECTOR,
       signal: ctx.signal,
     });
-    const livePods = listed.items.filter((x) =>
-      x.metadata?.ownerReferences?.some((r) => r.controller && r.uid === as.metadata.uid)
-    );
+    const livePods = listed.items.filter((x) => isControlledBy(x, as.metadata.uid));
     const livePlan = planRollout(
       p.params,
       p.hash,

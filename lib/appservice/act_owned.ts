@@ -11,6 +11,7 @@ import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
 import { isNotFound } from "../kube/errors.ts";
 import { PODDISRUPTIONBUDGETS, PODS, SERVICES } from "../kube/resources.ts";
 import { errorText } from "../runtime/log.ts";
+import { isControlledBy } from "../runtime/ownership.ts";
 import { type Actor, FIELD_MANAGER, rethrowIfAbortive, type Turn } from "./act.ts";
 import { type PdbStep, REASON_SERVICE_REJECTED, type ServiceStep, serviceWrite } from "./plan.ts";
 import { MANAGED_SELECTOR, orphanKeys } from "./pods.ts";
@@ -170,8 +171,7 @@ export async function cleanupOwned(
   const { signal, logger } = ctx;
   const ns = as.metadata.namespace!;
   const uid = as.metadata.uid!;
-  const ownedByUs = (o: Pod | Service) =>
-    o.metadata?.ownerReferences?.some((r) => r.controller && r.uid === uid) ?? false;
+  const ownedByUs = (o: Pod | Service) => isControlledBy(o, uid);
   const listed = await a.deps.client.listAll<Pod>(PODS, {
     namespace: ns,
     labelSelector: MANAGED_SELECTOR,

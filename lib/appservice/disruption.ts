@@ -17,6 +17,7 @@
  * @module
  */
 import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
+import { isControlledBy } from "../runtime/ownership.ts";
 import { ownedLabels, ownerRef, selectorLabels, stableJson } from "./pods.ts";
 import type { RolloutParams } from "./rollout.ts";
 import type { AppService } from "./schema.ts";
@@ -53,7 +54,5 @@ export function pdbMatches(live: PodDisruptionBudget, want: PodDisruptionBudget)
   return String(l.maxUnavailable) === String(w.maxUnavailable) && l.minAvailable === undefined &&
     stableJson(l.selector?.matchLabels ?? {}) === stableJson(w.selector?.matchLabels ?? {}) &&
     l.unhealthyPodEvictionPolicy === w.unhealthyPodEvictionPolicy &&
-    !!live.metadata?.ownerReferences?.some((r) =>
-      r.controller && r.uid === want.metadata?.ownerReferences?.[0].uid
-    );
+    isControlledBy(live, want.metadata?.ownerReferences?.[0].uid);
 }

@@ -22,6 +22,7 @@
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
 import { Reconcile, type ReconcileResult } from "../runtime/controller.ts";
+import { claim } from "../runtime/ownership.ts";
 import { desiredPdb, pdbMatches } from "./disruption.ts";
 import { hasSelectorLabels, ownerRef, podOrdinal, SPEC_HASH_ANNOTATION, specHash } from "./pods.ts";
 import type { Failure } from "./report.ts";
@@ -116,7 +117,7 @@ export interface ReconcilePlan {
 
 /** Orphan Pods (from the cache's orphan index) that `as` may adopt: those of its slot names. */
 export function adoptablePods(as: AppService, orphans: Pod[]): Pod[] {
-  return orphans.filter((p) => podOrdinal(as, p) !== undefined);
+  return claim(as, orphans, (p) => podOrdinal(as, p) !== undefined).adopt;
 }
 
 /** Owned Pods, not being deleted, that lost a label of ours (still seen through another one). */

@@ -15,6 +15,7 @@ import { createHash } from "node:crypto";
 import type { Container, Pod } from "kubernetes-types/core/v1.d.ts";
 import type { OwnerReference } from "kubernetes-types/meta/v1.d.ts";
 import type { KubeObject } from "../kube/client.ts";
+import { controllerOf, controllerReference } from "../runtime/ownership.ts";
 import { CONTAINER_NAME, GROUP, KIND, VERSION } from "./api.ts";
 import type { AppService } from "./schema.ts";
 
@@ -51,7 +52,7 @@ export function orphanKeys(obj: KubeObject): string[] {
   const instance = labels?.["app.kubernetes.io/instance"];
   if (
     !instance || labels?.["app.kubernetes.io/managed-by"] !== MANAGED_BY ||
-    obj.metadata?.deletionTimestamp || obj.metadata?.ownerReferences?.some((r) => r.controller)
+    obj.metadata?.deletionTimestamp || controllerOf(obj)
   ) return [];
   return [`${obj.metadata?.namespace}/${instance}`];
 }
@@ -79,13 +80,11 @@ export function selectorLabels(as: AppService): Record<string, string> {
  * OwnerReferencesPermissionEnforcement admission plugin runs.
  */
 export function ownerRef(as: AppService): OwnerReference {
-  return {
+  return controllerReference({
     apiVersion: `${GROUP}/${VERSION}`,
     kind: KIND,
-    name: as.metadata.name!,
-    uid: as.metadata.uid!,
-    controller: true,
-  };
+    metadata: as.metadata,
+  });
 }
 
 /** JSON with object keys sorted, so equal values always hash equally. */

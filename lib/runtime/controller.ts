@@ -37,6 +37,7 @@ import type { ResourceType } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { errorText, log, type Logger } from "./log.ts";
 import { MESSAGES } from "./messages.ts";
+import { controllerOf } from "./ownership.ts";
 import type { Metrics } from "./metrics.ts";
 import type { Predicate } from "./predicates.ts";
 import { WorkQueue } from "./queue.ts";
@@ -598,7 +599,7 @@ function groupOf(apiVersion: string): string {
 export function controllerOwnerKeys(owner: ResourceType): (obj: KubeObject) => string[] {
   const group = groupOf(owner.apiVersion);
   return (obj) => {
-    const ref = obj.metadata?.ownerReferences?.find((r) => r.controller);
+    const ref = controllerOf(obj);
     if (!ref || ref.kind !== owner.kind || groupOf(ref.apiVersion) !== group) return [];
     return [owner.namespaced ? `${obj.metadata?.namespace}/${ref.name}` : ref.name];
   };

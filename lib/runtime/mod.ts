@@ -50,6 +50,14 @@ export {
   type FinalizerOptions,
   hasFinalizer,
 } from "./finalizer.ts";
+export {
+  claim,
+  type Claims,
+  controllerOf,
+  controllerReference,
+  isControlledBy,
+  type OwnerIdentity,
+} from "./ownership.ts";
 export { ListenError, type ServerName } from "./health.ts";
 export { type FenceStamp, type LeadershipState, LeaseFence, type Term } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";

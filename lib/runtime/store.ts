@@ -37,6 +37,7 @@
  * @module
  */
 import type { KubeObject } from "../kube/client.ts";
+import { controllerOf } from "./ownership.ts";
 
 /** The cache key of an object: `namespace/name`, or `name` when it has no namespace. */
 export function objectKey(obj: KubeObject): string {
@@ -70,7 +71,7 @@ export const CONTROLLER_UID_INDEX = "controllerUID";
 
 /** Index function: the UID of the object's controller ownerReference, if any. */
 export function controllerUidIndex(obj: KubeObject): string[] {
-  const ref = obj.metadata?.ownerReferences?.find((r) => r.controller);
+  const ref = controllerOf(obj);
   return ref ? [ref.uid] : [];
 }
 
