@@ -110,9 +110,11 @@ import {
   type CauseSignature,
   type ConditionInput,
   conditionReason,
+  isRolloutStep,
   newCauses,
   type PodCause,
   REASON_PROGRESS_DEADLINE_EXCEEDED,
+  ROLLOUT_STEP_HOLD_MS,
   statusChanged,
   statusWriteAtMs,
 } from "./status.ts";
@@ -163,6 +165,11 @@ class AppServiceReconciler {
   #now: () => number;
   /** Stuck-Pod causes seen per AppService key, by Pod uid (see {@link newCauses}). */
   #seenCauses = new Map<string, Map<string, CauseSignature>>();
+  /**
+   * Per AppService key, when the rollout step waiting to be written was first computed (ms; see
+   * {@link ROLLOUT_STEP_HOLD_MS}); cleared by a write and by a status that is no such step.
+   */
+  #heldStepSince = new Map<string, number>();
   #rejected: RejectedWrites;
   #replacements: PodReplacements;
   #written = new WrittenVersions();
@@ -194,6 +201,7 @@ class AppServiceReconciler {
     if (!as) {
       this.#written.forget(key);
       this.#seenCauses.delete(key);
+      this.#heldStepSince.delete(key);
       this.#rejected.forget(key);
       this.#replacements.forget(key);
       return Reconcile.done;
@@ -229,7 +237,9 @@ class AppServiceReconciler {
   /**
    * Writes `next` as the status of `as` when it differs from the stored one: at once when its
    * state changed, else (only counters and messages) not before {@link statusWriteAtMs}
-   * (docs/scenarios.md S24). Returns when a write held back is due (ms), if one was.
+   * (docs/scenarios.md S24); a step of a healthy rollout ({@link isRolloutStep}) not before
+   * {@link ROLLOUT_STEP_HOLD_MS} after it was first computed, so a Pod that becomes Ready soon
+   * costs one write. Returns when a write held back is due (ms), if one was.
    */
   async #writeStatus(
     key: string,
@@ -237,9 +247,20 @@ class AppServiceReconciler {
     next: AppServiceStatusT,
     signal: AbortSignal,
   ): Promise<number | undefined> {
-    if (!statusChanged(as.status, next)) return undefined;
+    if (!statusChanged(as.status, next)) {
+      this.#heldStepSince.delete(key);
+      return undefined;
+    }
     const nowMs = this.#now();
-    const at = statusWriteAtMs(as.status, next, nowMs);
+    let at = statusWriteAtMs(as.status, next, nowMs);
+    if (isRolloutStep(next)) {
+      // One write on the way to Ready: the next step is expected soon (docs/design/status.md).
+      const since = this.#heldStepSince.get(key) ?? nowMs;
+      this.#heldStepSince.set(key, since);
+      at = Math.max(at, Math.min(since + ROLLOUT_STEP_HOLD_MS, nowMs + ROLLOUT_STEP_HOLD_MS));
+    } else {
+      this.#heldStepSince.delete(key);
+    }
     if (at > nowMs) return at;
     const status = { ...next, lastReconciliation: new Date(nowMs).toISOString() };
     // The resourceVersion `next` was computed from is a precondition (409 when outdated).
@@ -256,6 +277,7 @@ class AppServiceReconciler {
         signal,
       },
     );
+    this.#heldStepSince.delete(key);
     if (got?.metadata?.resourceVersion) this.#written.note(key, as, got);
     return undefined;
   }

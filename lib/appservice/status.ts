@@ -506,12 +506,40 @@ export function statusWriteAtMs(
   return Math.min(Math.max(nowMs, last + intervalMs), nowMs + intervalMs);
 }
 
+/**
+ * Longest time a status that is a step of a healthy rollout waits for the next step before it is
+ * written (ms; docs/design/status.md, "One write on the way to Ready"). A Pod just created is
+ * expected to become Ready soon; writing `Creating` and then `Ready` costs the apiserver two
+ * status writes where one says the same. A step that lasts longer than this is written when the
+ * bound expires, so `kubectl get as` lags a slow rollout by at most this much; a failure or a stuck
+ * Pod ({@link isRolloutStep} is false) is never held.
+ */
+export const ROLLOUT_STEP_HOLD_MS = 2_000;
+
+/** Progressing reasons of a healthy rollout's steps ({@link progressingCondition}). */
+const ROLLOUT_STEPS = new Set(["Creating", "Scaling", "RollingUpdate", "WaitingForReady"]);
+
+/**
+ * Whether `s` is a step a healthy rollout passes through on its way to Ready: `Progressing` True
+ * with a step reason (`Creating`, `Scaling`, `RollingUpdate`, `WaitingForReady`), `Degraded` not
+ * True and no Pod entry with a stuck reason ({@link podStatuses}). Such a status may be held for
+ * {@link ROLLOUT_STEP_HOLD_MS}; anything else (Ready, a failure, a stuck Pod, the deadline) is
+ * written at once.
+ */
+export function isRolloutStep(s: AppServiceStatusT): boolean {
+  const cond = (type: string) => s.conditions?.find((c) => c.type === type);
+  const progressing = cond("Progressing");
+  if (progressing?.status !== "True" || !ROLLOUT_STEPS.has(progressing.reason ?? "")) return false;
+  if (cond("Degraded")?.status === "True") return false;
+  return !(s.podStatuses ?? []).some((p) => p.reason !== undefined);
+}
+
 /** Progressing reason of a rollout that made no progress for `progressDeadlineSeconds`. */
 export const REASON_PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded";
 
 /**
  * Progressing reason while every Pod is at the current spec and some are stuck (docs/scenarios.md
- * docs/scenarios.md S24): the rollout
+ * S24): the rollout
  * waits for Pods that will not become Ready by themselves (a crash loop, a missing Secret, no
  * Node that fits), until its deadline.
  */
@@ -583,7 +611,7 @@ export function progressingCondition(
   }
   if (converged && stuck.length > 0) {
     // Not a healthy start: these Pods will not become Ready by themselves soon (docs/scenarios.md
-    // docs/scenarios.md S24).
+    // S24).
     return {
       type: "Progressing",
       status: "True",

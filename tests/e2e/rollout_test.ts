@@ -19,7 +19,7 @@
  * the PodDisruptionBudget the operator keeps (one Pod of four: the replacement cannot be scheduled
  * while the Node is cordoned, so the drain gives up), and the budget goes when turned off.
  */
-import type { Pod, PodStatus } from "kubernetes-types/core/v1.d.ts";
+import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
@@ -39,7 +39,7 @@ import {
   waitFor,
 } from "./harness.ts";
 import { rt } from "./resources.ts";
-import { addTestNode, NODES, removeTestNode } from "./test_node.ts";
+import { addTestNode, NODES, removeTestNode, runTestKubelet } from "./test_node.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 const PDBS = rt("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", true);
@@ -55,87 +55,6 @@ const ROLLOUTS = 20;
 /** Sampling period of the endpoints and conditions (ms). */
 const SAMPLE_MS = 100;
 const IMAGE = (tag: string) => `registry.invalid/team/app:${tag}`;
-
-/** The status the test's kubelet writes: Running and Ready, or waiting on ImagePullBackOff. */
-function kubeletStatus(pod: Pod, podIP: string, ready: boolean): PodStatus {
-  const now = new Date().toISOString();
-  const cond = (type: string) =>
-    ready ? { type, status: "True", lastTransitionTime: now } : {
-      type,
-      status: "False",
-      reason: "ContainersNotReady",
-      message: "containers with unready status: [app]",
-      lastTransitionTime: now,
-    };
-  return {
-    phase: ready ? "Running" : "Pending",
-    hostIP: "127.0.0.3",
-    podIP,
-    podIPs: [{ ip: podIP }],
-    startTime: now,
-    conditions: [
-      { type: "PodScheduled", status: "True", lastTransitionTime: now },
-      { type: "Initialized", status: "True", lastTransitionTime: now },
-      cond("ContainersReady"),
-      cond("Ready"),
-    ],
-    containerStatuses: [{
-      name: "app",
-      image: pod.spec!.containers[0].image!,
-      imageID: "",
-      ready,
-      started: ready,
-      restartCount: 0,
-      state: ready ? { running: { startedAt: now } } : {
-        waiting: {
-          reason: "ImagePullBackOff",
-          message: `Back-off pulling image "${pod.spec!.containers[0].image}"`,
-        },
-      },
-    }],
-  };
-}
-
-/**
- * The test's kubelet for `node`: polls the Pods bound to it every 50 ms (bounded by `signal`) and
- * acts as described in the module doc. Returns a promise that ends with the signal.
- */
-async function runKubelet(c: KubeClient, ns: string, node: string, signal: AbortSignal) {
-  const seen = new Map<string, number>(); // uid -> when first seen bound (ms)
-  const done = new Set<string>(); // uids whose status was written
-  const deleting = new Map<string, number>(); // uid -> when its deletion was first seen
-  let ip = 0;
-  while (!signal.aborted) {
-    const pods = await c.list<Pod>(PODS, { namespace: ns, fieldSelector: `spec.nodeName=${node}` })
-      .catch(() => ({ items: [] as Pod[] }));
-    const now = Date.now();
-    for (const p of pods.items) {
-      const uid = p.metadata!.uid!;
-      if (p.metadata?.deletionTimestamp) {
-        if (!deleting.has(uid)) deleting.set(uid, now);
-        if (now - deleting.get(uid)! >= TERMINATION_MS) {
-          await c.delete(PODS, p.metadata.name!, {
-            namespace: ns,
-            gracePeriodSeconds: 0,
-            preconditions: { uid },
-          }).catch(() => {});
-        }
-        continue;
-      }
-      if (!seen.has(uid)) seen.set(uid, now);
-      if (done.has(uid) || now - seen.get(uid)! < READY_DELAY_MS) continue;
-      ip++;
-      const podIP = `10.244.${200 + Math.floor(ip / 250) % 50}.${1 + ip % 250}`;
-      const ready = !p.spec!.containers[0].image!.includes(":never");
-      await c.patch(PODS, p.metadata!.name!, { status: kubeletStatus(p, podIP, ready) }, {
-        namespace: ns,
-        subresource: "status",
-        type: "strategic",
-      }).then(() => done.add(uid), () => {});
-    }
-    await sleep(50);
-  }
-}
 
 /** Ready endpoints of the Service `name` (its EndpointSlices), counted once per Pod. */
 async function readyEndpoints(c: KubeClient, ns: string, name: string): Promise<number> {
@@ -234,7 +153,10 @@ Deno.test("S22: rollouts keep serving: surge first, Available stays True, a fail
   const op = await startOperator();
   const counters: ReturnType<typeof podCounter>[] = [];
   try {
-    kubelet = runKubelet(c, ns, node, kubeletStop.signal);
+    kubelet = runTestKubelet(c, ns, node, kubeletStop.signal, {
+      readyAfterMs: () => READY_DELAY_MS,
+      terminationMs: TERMINATION_MS,
+    });
     await op.waitReady();
 
     const sizes = [1, 2, 4];

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { Pod } from "kubernetes-types/core/v1.d.ts";
+import type { Pod, PodStatus } from "kubernetes-types/core/v1.d.ts";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
 import { PODS } from "../../lib/kube/resources.ts";
@@ -65,4 +65,103 @@ export async function removeTestNode(c: KubeClient, ns: string, name: string): P
       });
   }
   await c.delete(NODES, name).catch(() => {});
+}
+
+/** The status the test's kubelet writes: Running and Ready, or waiting on ImagePullBackOff. */
+function kubeletStatus(pod: Pod, podIP: string, ready: boolean): PodStatus {
+  const now = new Date().toISOString();
+  const cond = (type: string) =>
+    ready ? { type, status: "True", lastTransitionTime: now } : {
+      type,
+      status: "False",
+      reason: "ContainersNotReady",
+      message: "containers with unready status: [app]",
+      lastTransitionTime: now,
+    };
+  return {
+    phase: ready ? "Running" : "Pending",
+    hostIP: "127.0.0.3",
+    podIP,
+    podIPs: [{ ip: podIP }],
+    startTime: now,
+    conditions: [
+      { type: "PodScheduled", status: "True", lastTransitionTime: now },
+      { type: "Initialized", status: "True", lastTransitionTime: now },
+      cond("ContainersReady"),
+      cond("Ready"),
+    ],
+    containerStatuses: [{
+      name: "app",
+      image: pod.spec!.containers[0].image!,
+      imageID: "",
+      ready,
+      started: ready,
+      restartCount: 0,
+      state: ready ? { running: { startedAt: now } } : {
+        waiting: {
+          reason: "ImagePullBackOff",
+          message: `Back-off pulling image "${pod.spec!.containers[0].image}"`,
+        },
+      },
+    }],
+  };
+}
+
+/** How {@link runTestKubelet} plays a kubelet. */
+export interface TestKubeletTimes {
+  /** How long after a Pod is first seen bound its status is written (ms). */
+  readyAfterMs: (pod: Pod) => number;
+  /** How long after a deletion began it is confirmed (ms): the app's graceful stop. */
+  terminationMs: number;
+}
+
+/**
+ * The kubelet of a test Node `node` for the Pods of `ns`: polls the Pods bound to it every 50 ms
+ * (bounded by `signal`); `times.readyAfterMs(pod)` after a Pod is first seen it reports it Running
+ * and Ready with a Pod IP (a value, never an address anyone connects to), or Pending in
+ * ImagePullBackOff when its image tag starts with `never`; it confirms a deletion (grace period
+ * 0, uid precondition) `times.terminationMs` after it began. Returns a promise that ends with the
+ * signal.
+ */
+export async function runTestKubelet(
+  c: KubeClient,
+  ns: string,
+  node: string,
+  signal: AbortSignal,
+  times: TestKubeletTimes,
+): Promise<void> {
+  const seen = new Map<string, number>(); // uid -> when first seen bound (ms)
+  const done = new Set<string>(); // uids whose status was written
+  const deleting = new Map<string, number>(); // uid -> when its deletion was first seen
+  let ip = 0;
+  while (!signal.aborted) {
+    const pods = await c.list<Pod>(PODS, { namespace: ns, fieldSelector: `spec.nodeName=${node}` })
+      .catch(() => ({ items: [] as Pod[] }));
+    const now = Date.now();
+    for (const p of pods.items) {
+      const uid = p.metadata!.uid!;
+      if (p.metadata?.deletionTimestamp) {
+        if (!deleting.has(uid)) deleting.set(uid, now);
+        if (now - deleting.get(uid)! >= times.terminationMs) {
+          await c.delete(PODS, p.metadata.name!, {
+            namespace: ns,
+            gracePeriodSeconds: 0,
+            preconditions: { uid },
+          }).catch(() => {});
+        }
+        continue;
+      }
+      if (!seen.has(uid)) seen.set(uid, now);
+      if (done.has(uid) || now - seen.get(uid)! < times.readyAfterMs(p)) continue;
+      ip++;
+      const podIP = `10.244.${200 + Math.floor(ip / 250) % 50}.${1 + ip % 250}`;
+      const ready = !p.spec!.containers[0].image!.includes(":never");
+      await c.patch(PODS, p.metadata!.name!, { status: kubeletStatus(p, podIP, ready) }, {
+        namespace: ns,
+        subresource: "status",
+        type: "strategic",
+      }).then(() => done.add(uid), () => {});
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }

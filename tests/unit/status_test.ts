@@ -15,11 +15,13 @@ import {
   conditionReason,
   containerEntries,
   COSMETIC_STATUS_INTERVAL_MS,
+  isRolloutStep,
   newCauses,
   podCause,
   podStatuses,
   progressingCondition,
   readyCondition,
+  ROLLOUT_STEP_HOLD_MS,
   statusChanged,
   statusState,
   statusWriteAtMs,
@@ -496,4 +498,46 @@ Deno.test("statusWriteAtMs: state at once; counters and messages at most once pe
   // No stored write time: at once; a clock behind the last write waits at most the interval.
   assertEquals(statusWriteAtMs({ ...stored, lastReconciliation: undefined }, cosmetic, 5), 5);
   assertEquals(statusWriteAtMs(stored, cosmetic, 0), COSMETIC_STATUS_INTERVAL_MS);
+});
+
+Deno.test("isRolloutStep: a healthy rollout's steps may be held; Ready, failures and stuck Pods not", () => {
+  const cond = (type: string, status: "True" | "False", reason: string) => ({
+    type,
+    status,
+    reason,
+    message: "",
+    lastTransitionTime: "2026-01-01T00:00:00Z",
+  });
+  const status = (progressing: string, degraded = "AsExpected", stuckPod = false) =>
+    ({
+      conditions: [
+        cond("Ready", "False", "PodNotReady"),
+        cond("Progressing", "True", progressing),
+        cond("Degraded", degraded === "AsExpected" ? "False" : "True", degraded),
+      ],
+      podStatuses: [{
+        name: "web-0",
+        phase: "Pending",
+        ready: false,
+        restartCount: 0,
+        ...(stuckPod ? { reason: "ImagePullBackOff" } : {}),
+      }],
+    }) as AppServiceStatusT;
+  for (const step of ["Creating", "Scaling", "RollingUpdate", "WaitingForReady"]) {
+    assert(isRolloutStep(status(step)), step);
+  }
+  assert(!isRolloutStep(status("PodsStuck")), "stuck Pods");
+  assert(!isRolloutStep(status("Creating", "FailedCreatePod")), "a failure");
+  assert(
+    !isRolloutStep(status("WaitingForReady", "AsExpected", true)),
+    "a Pod with a stuck reason",
+  );
+  const done = status("Creating");
+  done.conditions = [
+    cond("Ready", "True", "AllReplicasReady"),
+    cond("Progressing", "False", "Complete"),
+  ];
+  assert(!isRolloutStep(done), "converged");
+  assert(!isRolloutStep({}), "no conditions");
+  assert(ROLLOUT_STEP_HOLD_MS > 0 && ROLLOUT_STEP_HOLD_MS < COSMETIC_STATUS_INTERVAL_MS);
 });
