@@ -27,6 +27,7 @@ import {
   type ClusterInfo,
   readClusterInfo,
   startCluster,
+  stateDir,
   stopCluster,
 } from "../tests/cluster/cluster.ts";
 import { REPO } from "../tests/cluster/host.ts";
@@ -89,7 +90,7 @@ function parse(args: string[]): WatchOptions {
       runs: { type: "string", default: "5" },
       modes: { type: "string", default: "replay,live" },
       concurrency: { type: "string", default: "32" },
-      "cluster-dir": { type: "string", default: join(cacheDir(), "bench-watch-cluster") },
+      "cluster-dir": { type: "string", default: join(stateDir(), "bench-watch-cluster") },
       "reuse-cluster": { type: "boolean", default: false },
       "keep-cluster": { type: "boolean", default: false },
       results: { type: "string", default: join(REPO, "bench", "results") },

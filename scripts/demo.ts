@@ -9,7 +9,7 @@
  */
 import { parseArgs } from "node:util";
 import { join } from "node:path";
-import { cacheDir, startCluster, stopCluster } from "../tests/cluster/cluster.ts";
+import { startCluster, stateDir, stopCluster } from "../tests/cluster/cluster.ts";
 import { startFlags } from "./compile.ts";
 
 const REPO = new URL("../", import.meta.url).pathname.replace(/\/$/, "");
@@ -41,7 +41,7 @@ async function main(): Promise<number> {
   Deno.addSignalListener("SIGINT", onSig);
   Deno.addSignalListener("SIGTERM", onSig);
   // Its own folder: the demo must not replace a cluster started with `deno task cluster:up`.
-  const dir = join(cacheDir(), "demo-cluster");
+  const dir = join(stateDir(), "demo-cluster");
   console.log("==> starting the local control plane (first run builds it from Go modules) ...");
   const info = await startCluster({ dir, signal: stop.signal });
   let operator: Deno.ChildProcess | undefined;

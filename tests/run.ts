@@ -18,7 +18,7 @@
  * @module
  */
 import { join } from "node:path";
-import { cacheDir, startCluster, stopCluster } from "./cluster/cluster.ts";
+import { startCluster, stateDir, stopCluster } from "./cluster/cluster.ts";
 
 const REPO = new URL("../", import.meta.url).pathname.replace(/\/$/, "");
 const deno = Deno.execPath();
@@ -139,7 +139,7 @@ async function main(): Promise<number> {
   }
 
   // Several runs side by side each need their own folder (APPSERVICE_TEST_CLUSTER_DIR).
-  const dir = Deno.env.get("APPSERVICE_TEST_CLUSTER_DIR") || join(cacheDir(), "test-cluster");
+  const dir = Deno.env.get("APPSERVICE_TEST_CLUSTER_DIR") || join(stateDir(), "test-cluster");
   const stop = new AbortController();
   const onSig = () => stop.abort();
   Deno.addSignalListener("SIGINT", onSig);

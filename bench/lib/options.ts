@@ -5,7 +5,7 @@
 
 import { parseArgs } from "node:util";
 import { join } from "node:path";
-import { cacheDir } from "../../tests/cluster/cluster.ts";
+import { stateDir } from "../../tests/cluster/cluster.ts";
 import { REPO } from "../../tests/cluster/host.ts";
 import type { OperatorKind } from "./operators.ts";
 import { intFlag, listFlag } from "./flags.ts";
@@ -86,7 +86,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
       "ceiling-concurrency": { type: "string", default: "16" },
       "converge-timeout-seconds": { type: "string", default: "900" },
       "failover-runs": { type: "string", default: "2" },
-      "cluster-dir": { type: "string", default: join(cacheDir(), "bench-cluster") },
+      "cluster-dir": { type: "string", default: join(stateDir(), "bench-cluster") },
       "ours-deno-flags": { type: "string", default: "" },
       "reuse-cluster": { type: "boolean", default: false },
       "keep-cluster": { type: "boolean", default: false },

@@ -58,6 +58,7 @@ export {
   readClusterInfo,
   restartApiserver,
   startCluster,
+  stateDir,
   stopCluster,
 } from "./lifecycle.ts";
 export { issueCertificate, type IssueCertificateOptions } from "./pki.ts";

@@ -266,7 +266,16 @@ export function cacheDir(): string {
   return resolve(Deno.env.get("APPSERVICE_CACHE_DIR") || join(REPO, ".cache"));
 }
 
-/** The default cluster folder: `<cacheDir()>/cluster`. */
+/**
+ * The clone's own state folder, `<repo>/.cache`: running clusters (their PKI, data, logs and
+ * pid files) live here, never in {@link cacheDir}, which `APPSERVICE_CACHE_DIR` may share between
+ * clones — two clones' test runs must not stop each other's control plane.
+ */
+export function stateDir(): string {
+  return join(REPO, ".cache");
+}
+
+/** The default cluster folder: `<stateDir()>/cluster`. */
 export function defaultClusterDir(): string {
-  return join(cacheDir(), "cluster");
+  return join(stateDir(), "cluster");
 }
