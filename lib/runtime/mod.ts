@@ -35,6 +35,7 @@ export {
   type ErrorDecision,
   type ErrorPolicy,
   type Informer,
+  isPanic,
   type MappedWatch,
   type OwnedWatch,
   Reconcile,
@@ -42,6 +43,7 @@ export {
   type ReconcileContext,
   type ReconcileFn,
   type ReconcileResult,
+  TerminalError,
 } from "./controller.ts";
 export { EventRecorder, type EventRecorderOptions, type EventSpec } from "./events.ts";
 export {
@@ -80,7 +82,14 @@ export {
   type ManagerOptions,
 } from "./manager.ts";
 export { MESSAGES } from "./messages.ts";
-export { Metrics, type MetricsOptions } from "./metrics.ts";
+export {
+  Metrics,
+  type MetricsOptions,
+  RECONCILE_TIME_BUCKETS,
+  type RequestSample,
+  REST_CLIENT_DURATION_BUCKETS,
+  WORKQUEUE_DURATION_BUCKETS,
+} from "./metrics.ts";
 export {
   anyOf,
   deletionOrFinalizersChanged,
