@@ -104,7 +104,7 @@ async function answer(r: Response): Promise<[number, string | null, string]> {
 const TEXT = "text/plain; charset=utf-8";
 
 Deno.test("checksHandler: ?verbose lists every check sorted by name, as controller-runtime's healthz", async () => {
-  let apiserver: string | undefined;
+  let apiserver: string | undefined = undefined;
   const handler = checksHandler({ "informer-pods": () => undefined, apiserver: () => apiserver });
   assertEquals(await answer(await get(handler, "/readyz?verbose")), [
     200,
