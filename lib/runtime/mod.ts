@@ -64,11 +64,14 @@ export { ListenError, type ServerName } from "./health.ts";
 export { type FenceStamp, type LeadershipState, LeaseFence, type Term } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {
+  defaultLogFormat,
   errorText,
   log,
+  LOG_FORMAT_CHOICES,
   LOG_FORMATS,
   LOG_LEVELS,
   type LogFormat,
+  type LogFormatChoice,
   type Logger,
   type LoggingOptions,
   type LogLevelName,
