@@ -342,6 +342,27 @@ function clientGoMetrics(r: Registers): Pick<
   };
 }
 
+/** controller-runtime's certwatcher counters (no labels), of the metrics server's certificate. */
+function certwatcherMetrics(r: Registers): Pick<
+  Metrics,
+  "certificateReads" | "certificateReadErrors"
+> {
+  return {
+    certificateReads: counter(
+      r,
+      "certwatcher_read_certificate_total",
+      "Total number of certificate reads",
+      [],
+    ),
+    certificateReadErrors: counter(
+      r,
+      "certwatcher_read_certificate_errors_total",
+      "Total number of certificate read errors",
+      [],
+    ),
+  };
+}
+
 /** The runtime's own metrics, under `prefix` (reflectors and leadership changes). */
 function runtimeMetrics(r: Registers, prefix: string): Pick<
   Metrics,
@@ -494,6 +515,16 @@ export class Metrics {
    * rate limit included.
    */
   declare readonly restRequestDuration: client.Histogram<"verb" | "host">;
+  /**
+   * `certwatcher_read_certificate_total`: reads of the secure metrics server's
+   * `--metrics-cert-dir` pair (at start and every reload check, 10 s); 0 without one.
+   */
+  declare readonly certificateReads: client.Counter;
+  /**
+   * `certwatcher_read_certificate_errors_total`: those reads that failed (a file unreadable, or a
+   * pair that does not load).
+   */
+  declare readonly certificateReadErrors: client.Counter;
   /** `leader_election_master_status{name}`: 1 while this process holds the Lease `name`, else 0. */
   declare readonly leaderStatus: client.Gauge<"name">;
   /** `<prefix>_reflector_relists_total{resource}`: relists after 410 Gone. */
@@ -531,6 +562,7 @@ export class Metrics {
       controllerMetrics(r),
       workqueueMetrics(r),
       clientGoMetrics(r),
+      certwatcherMetrics(r),
       runtimeMetrics(r, prefix),
     );
     addProcessMetrics(this.registry);

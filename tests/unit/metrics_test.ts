@@ -70,7 +70,8 @@ Deno.test({
 /**
  * Every metric name the operator exports under `deno task start`'s permissions: those it exported
  * before the event-loop monitor was replaced (dashboards depend on the names), and
- * controller-runtime's added since (panics, terminal errors, timeouts, request durations).
+ * controller-runtime's added since (panics, terminal errors, timeouts, request durations, the
+ * certwatcher's reads).
  */
 const EXPORTED_NAMES = [
   "appservice_leader_election_changes_total",
@@ -78,6 +79,8 @@ const EXPORTED_NAMES = [
   "appservice_reflector_relists_total",
   "appservice_reflector_watch_errors_total",
   "appservice_reflector_watches_open",
+  "certwatcher_read_certificate_errors_total",
+  "certwatcher_read_certificate_total",
   "controller_runtime_active_workers",
   "controller_runtime_max_concurrent_reconciles",
   "controller_runtime_reconcile_errors_total",
