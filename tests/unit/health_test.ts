@@ -12,6 +12,7 @@ import {
   informerCheck,
   type InformerStatus,
   type RouteHandler,
+  serveRoutes,
 } from "../../lib/runtime/health.ts";
 
 /** A reflector's status that the test changes as the reflector would. */
@@ -159,4 +160,34 @@ Deno.test("checksHandler: ?exclude= skips a failing check; an unknown name is wa
     'warn: some health checks cannot be excluded: no matches for "nope","x"\n' +
     "healthz check failed\n",
   ]);
+});
+
+Deno.test("serveRoutes: a route answers its path and the paths below it; anything else is 404", async () => {
+  const ac = new AbortController();
+  const s = serveRoutes({ hostname: "127.0.0.1", port: 0 }, {
+    "/healthz": checksHandler({ ping: () => undefined, lease: () => undefined }),
+    "/readyz": checksHandler({ apiserver: () => "no answer" }),
+  }, ac.signal);
+  const get = async (path: string) => {
+    const r = await fetch(`http://127.0.0.1:${s.port}${path}`);
+    return [r.status, await r.text()];
+  };
+  try {
+    assertEquals(await get("/healthz?verbose"), [
+      200,
+      "[+]lease ok\n[+]ping ok\nhealthz check passed\n",
+    ]);
+    assertEquals(await get("/healthz/lease"), [200, "ok\n"]);
+    assertEquals(await get("/readyz"), [
+      500,
+      "[-]apiserver failed: no answer\nhealthz check failed\n",
+    ]);
+    assertEquals(await get("/readyz/apiserver"), [500, "internal server error: no answer\n"]);
+    for (const path of ["/readyz/nope", "/readyzz", "/metrics", "/"]) {
+      assertEquals((await get(path))[0], 404, path);
+    }
+  } finally {
+    ac.abort();
+    await s.finished;
+  }
 });
