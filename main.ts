@@ -93,15 +93,15 @@ interface Clients {
 }
 
 /**
- * The clients from the flags' kubeconfig; every request counted (rest_client_requests_total)
- * and, at debug level, logged with its send time, Retry-After and Audit-Id (the apiserver's audit
+ * The clients from the flags' kubeconfig; every request counted and timed
+ * (rest_client_requests_total, rest_client_request_duration_seconds) and, at debug level, logged with its send time, Retry-After and Audit-Id (the apiserver's audit
  * log ID), so a throttled run can be read against the audit log.
  * @throws ConfigError for an unusable kubeconfig or in-cluster configuration
  */
 function makeClients(v: FlagValues, metrics: Metrics): Clients {
   const requestLog = log("client");
   const onRequest = (clientName: string) => (r: RequestInfo) => {
-    metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host });
+    metrics.recordRequest(r);
     requestLog.debug("Request", { client: clientName, ...r });
   };
   const userAgent =
@@ -134,7 +134,7 @@ function makeClients(v: FlagValues, metrics: Metrics): Clients {
   const authClient = v["metrics-secure"]
     ? reviewClient(config, {
       userAgent: `${userAgent} metrics-auth`,
-      onRequest: (r) => metrics.restRequests.inc({ code: r.code, method: r.method, host: r.host }),
+      onRequest: (r) => metrics.recordRequest(r),
     })
     : undefined;
   return { client, leaderClient, authClient, health };

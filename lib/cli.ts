@@ -10,7 +10,7 @@
  */
 import { parseArgs } from "node:util";
 import denoJson from "../deno.json" with { type: "json" };
-import { LOG_FORMATS, LOG_LEVELS } from "./runtime/log.ts";
+import { LOG_FORMAT_CHOICES, LOG_LEVELS } from "./runtime/log.ts";
 
 /** The operator's version, from deno.json. */
 export const VERSION: string = denoJson.version;
@@ -219,9 +219,10 @@ export const FLAG_TABLE = [
     name: "log-format",
     env: "APPSERVICE_LOG_FORMAT",
     kind: "enum",
-    choices: LOG_FORMATS,
-    default: "json",
-    help: `Log format: ${LOG_FORMATS.join(" (JSON lines) or ")} (readable).`,
+    choices: LOG_FORMAT_CHOICES,
+    default: "auto",
+    help: "Log format: json (JSON lines), console (readable) or auto (console when stderr is a " +
+      "terminal, else json).",
   },
 ] as const satisfies readonly FlagSpec[];
 

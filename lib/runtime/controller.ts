@@ -15,7 +15,11 @@
  *   `reconcileTimeoutMs`) is logged with its key, counted in
  *   `controller_runtime_reconcile_errors_total` and re-added with per-key exponential backoff
  *   unless the policy decides otherwise; the process never dies of it. Success forgets the key's
- *   backoff.
+ *   backoff. Of those errors, a {@link TerminalError} (or a policy's `terminal`) is not re-added
+ *   and is counted in `controller_runtime_terminal_reconcile_errors_total`, and a programming
+ *   fault ({@link isPanic}) in `controller_runtime_reconcile_panics_total`; a reconcile whose
+ *   `reconcileTimeoutMs` ran out is counted in `controller_runtime_reconcile_timeouts_total`
+ *   (controller-runtime's counters of the same names).
  * - A reconcile resolves a {@link ReconcileResult}: `done`, `after(ms)` (re-added after that
  *   delay), `backoff(minMs)` (re-added with the key's backoff) or `terminal`.
  * - Every `syncPeriodMs` every primary key is added again (controller-runtime SyncPeriod).
@@ -132,6 +136,40 @@ export const Reconcile: ReconcileConstructors = {
 };
 
 /**
+ * An error a reconcile throws when retrying cannot help (controller-runtime's
+ * `reconcile.TerminalError`): the key is not re-added (only the next change of a watched object
+ * brings it back), the error is logged and counted in `controller_runtime_reconcile_errors_total`
+ * and `controller_runtime_terminal_reconcile_errors_total`. {@link defaultErrorPolicy} decides
+ * so; an {@link ErrorPolicy} may decide otherwise.
+ */
+export class TerminalError extends Error {
+  /** Always `TerminalError`. */
+  override name = "TerminalError";
+
+  /**
+   * A terminal error with `message` (what cannot be done and why) and, in `options.cause`, the
+   * underlying error if any.
+   */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
+/**
+ * Whether a value a reconcile threw is a programming fault rather than an error the reconcile
+ * meant to report: a `TypeError`, `ReferenceError`, `RangeError`, `SyntaxError` or `EvalError`
+ * (the faults the JavaScript engine raises, as a nil dereference or an index out of range
+ * panics in Go), or a thrown value that is not an `Error` at all. These are counted in
+ * `controller_runtime_reconcile_panics_total` (controller-runtime counts the panics it recovers
+ * from a reconciler) and logged with their stack. The client never lets a failed `fetch`'s
+ * `TypeError` through: it throws its own errors (lib/kube/errors.ts).
+ */
+export function isPanic(err: unknown): boolean {
+  return !(err instanceof Error) || err instanceof TypeError || err instanceof ReferenceError ||
+    err instanceof RangeError || err instanceof SyntaxError || err instanceof EvalError;
+}
+
+/**
  * Decides what happens to a key whose reconcile threw (kube-rs `error_policy`): an
  * {@link ErrorDecision}, or `undefined` when this policy has nothing to say about `err`, in which
  * case {@link defaultErrorPolicy} decides (fenced, throttled, conflict), and what it leaves open
@@ -180,10 +218,12 @@ export interface ErrorDecision {
  * this replica may not write now, docs/scenarios.md S13) and a 409 Conflict (an optimistic lock lost to a newer
  * write, e.g. a status computed from an older resourceVersion) are requeued with backoff; a
  * throttled request (429, or 503 with Retry-After) after the larger of the backoff and its
- * Retry-After (docs/scenarios.md S16); none of them is a reconcile error. Anything else: `undefined` (an error,
+ * Retry-After (docs/scenarios.md S16); none of them is a reconcile error. A {@link TerminalError}
+ * is a reconcile error that is not re-added (`terminal`). Anything else: `undefined` (an error,
  * with backoff).
  */
 export function defaultErrorPolicy(err: unknown): ErrorDecision | undefined {
+  if (err instanceof TerminalError) return { next: Reconcile.terminal };
   if (isFenced(err)) {
     return {
       next: Reconcile.backoff(),
@@ -297,7 +337,10 @@ export class Controller {
       // result and to the error counter) and client-go's workqueue metrics: otherwise
       // `workqueue_retries_total` and `..._reconcile_errors_total` are absent until the first
       // failure, and rate()/absent() based dashboards and alerts see nothing.
-      m.reconcileErrors.inc({ controller: o.name }, 0);
+      for (const c of [m.reconcileErrors, m.terminalReconcileErrors, m.reconcilePanics]) {
+        c.inc({ controller: o.name }, 0);
+      }
+      m.reconcileTimeouts.inc({ controller: o.name }, 0);
       for (const result of ["success", "error", "requeue", "requeue_after"]) {
         m.reconcileTotal.inc({ controller: o.name, result }, 0);
       }
@@ -366,11 +409,20 @@ export class Controller {
     }
   }
 
+  /** Counts one reconcile error, and whether it was terminal and whether a panic. */
+  #countError(terminal: boolean, panic: boolean): void {
+    const m = this.#o.metrics;
+    const labels = { controller: this.name };
+    m?.reconcileErrors.inc(labels);
+    if (terminal) m?.terminalReconcileErrors.inc(labels);
+    if (panic) m?.reconcilePanics.inc(labels);
+  }
+
   #updateGauges(): void {
     const m = this.#o.metrics;
     if (!m) return;
     const labels = { name: this.name, controller: this.name };
-    m.queueDepth.set(labels, this.queue.depth);
+    m.queueDepth.set({ ...labels, priority: "" }, this.queue.depth);
     m.unfinishedWork.set(labels, this.queue.unfinishedWorkSeconds());
     m.longestRunning.set(labels, this.queue.longestRunningSeconds());
     m.activeWorkers.set({ controller: this.name }, this.#active);
@@ -385,9 +437,12 @@ export class Controller {
       name: slash >= 0 ? key.slice(slash + 1) : key,
       reconcileID,
     });
-    const signals = [this.#fence.signal];
-    if (o.reconcileTimeoutMs) signals.push(AbortSignal.timeout(o.reconcileTimeoutMs));
-    const signal = AbortSignal.any(signals);
+    const timeout = o.reconcileTimeoutMs ? AbortSignal.timeout(o.reconcileTimeoutMs) : undefined;
+    const signal = AbortSignal.any(timeout ? [this.#fence.signal, timeout] : [this.#fence.signal]);
+    // The bound ran out before anything else aborted the reconcile (controller-runtime counts a
+    // timeout only when its own deadline is what ended the context).
+    const timedOut = () =>
+      timeout !== undefined && signal.aborted && signal.reason === timeout.reason;
     const started = performance.now();
     let result: "success" | "error" | "requeue" | "requeue_after" = "success";
     const ctx: ReconcileContext = { signal, reconcileID, logger };
@@ -406,8 +461,7 @@ export class Controller {
         this.queue.forget(key);
       }
     } catch (err) {
-      const timedOut = signal.aborted && !this.#fence.signal.aborted;
-      const decision = this.#decide(err, key, ctx, timedOut);
+      const decision = this.#decide(err, key, ctx, timedOut());
       const next = decision?.next ?? Reconcile.backoff();
       let delayMs: number | undefined;
       if (next.kind === "after" && next.ms > 0) {
@@ -429,16 +483,21 @@ export class Controller {
         });
       } else {
         result = "error";
-        o.metrics?.reconcileErrors.inc({ controller: this.name });
+        const panic = isPanic(err);
+        this.#countError(next.kind === "terminal", panic);
         // While the apiserver is known unreachable, the outage is told once (by whoever fails
         // first: this reconcile, a watch, or the connection's own report); each key's failure
         // then goes to debug, and the connection logs its recovery.
-        const down = !timedOut && unreachable(err, o.health);
+        const down = !timedOut() && unreachable(err, o.health);
         const claimed = down && o.health ? o.health.claimReport() : false;
         const fields = {
-          error: timedOut ? `reconcile timed out after ${o.reconcileTimeoutMs} ms` : errorText(err),
+          error: timedOut()
+            ? `reconcile timed out after ${o.reconcileTimeoutMs} ms`
+            : errorText(err),
           retryInMs: delayMs === undefined ? undefined : Math.round(delayMs),
           retries: this.queue.numRequeues(key),
+          ...(next.kind === "terminal" ? { terminal: true } : {}),
+          ...(panic ? { panic: true, stack: err instanceof Error ? err.stack : undefined } : {}),
         };
         if (!down || !o.health) logger.error("Reconciler error", fields);
         else if (claimed) logger.warn(MESSAGES.reconcileUnreachable, fields);
@@ -446,6 +505,7 @@ export class Controller {
       }
     } finally {
       this.#active--;
+      if (timedOut()) o.metrics?.reconcileTimeouts.inc({ controller: this.name });
       o.metrics?.reconcileTime.observe(
         { controller: this.name },
         (performance.now() - started) / 1000,

@@ -1,6 +1,7 @@
 /**
- * The HTTP endpoints of the process: `/healthz` and `/readyz` on the health-probe address,
- * `/metrics` on the metrics address (controller-runtime's `--health-probe-bind-address` and
+ * The HTTP endpoints of the process: `/healthz` and `/readyz` (with `?verbose`, `?exclude=` and
+ * per-check paths such as `/readyz/<check>`, as controller-runtime serves them) on the
+ * health-probe address, `/metrics` on the metrics address (controller-runtime's `--health-probe-bind-address` and
  * `--metrics-bind-address`). A bind address is `host:port`, `:port` (all interfaces) or `0`
  * (disabled), as in controller-runtime.
  *
@@ -170,10 +171,19 @@ export function connectionCheck(
   };
 }
 
-/** Serves a set of routes until `signal` aborts. Returns the bound port. */
+/**
+ * A route's handler: `url` is the request's, `subpath` what follows the route's path (`""` for
+ * the route itself, `/apiserver` for `/readyz/apiserver`).
+ */
+export type RouteHandler = (url: URL, subpath: string) => Response | Promise<Response>;
+
+/**
+ * Serves a set of routes until `signal` aborts. A route `/readyz` answers `/readyz` and every
+ * path below it (`/readyz/<check>`); any other path is 404. Returns the bound port.
+ */
 export function serveRoutes(
   addr: BindAddress,
-  routes: Record<string, () => Response | Promise<Response>>,
+  routes: Record<string, RouteHandler>,
   signal: AbortSignal,
 ): { port: number; finished: Promise<void> } {
   const server = Deno.serve({
@@ -182,23 +192,71 @@ export function serveRoutes(
     signal,
     onListen: () => {},
   }, async (req) => {
-    const path = new URL(req.url).pathname;
-    const route = routes[path];
-    if (!route) return new Response("not found\n", { status: 404 });
-    return await route();
+    const url = new URL(req.url);
+    const path = url.pathname;
+    for (const [route, handler] of Object.entries(routes)) {
+      if (path === route) return await handler(url, "");
+      if (path.startsWith(route + "/")) return await handler(url, path.slice(route.length));
+    }
+    return new Response("not found\n", { status: 404 });
   });
   return { port: server.addr.port, finished: server.finished };
 }
 
-/** A `/healthz` or `/readyz` handler over named checks (200 "ok", or 500 listing failures). */
-export function checksHandler(checks: Record<string, Check>): () => Response {
-  return () => {
-    const failed: string[] = [];
-    for (const [name, check] of Object.entries(checks)) {
+/** A plain-text answer of the health endpoints (controller-runtime's headers). */
+function text(body: string, status: number): Response {
+  return new Response(body, {
+    status,
+    headers: { "Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff" },
+  });
+}
+
+/**
+ * The `/healthz` or `/readyz` handler over named checks, answering as controller-runtime's
+ * healthz handler does (pkg/healthz):
+ * - the route itself runs every check: all pass → 200 `ok`; else 500 with one line per check,
+ *   sorted by name, `[+]<name> ok` or `[-]<name> failed: <reason>`, then `healthz check failed`.
+ *   With `?verbose` (any value) the lines are given when all pass too, then
+ *   `healthz check passed`. `?exclude=<name>` (repeatable) skips a check, listed as
+ *   `[+]<name> excluded: ok`; a name that matches no check adds the line
+ *   `warn: some health checks cannot be excluded: no matches for "<name>"`.
+ * - `<route>/<name>` runs that check alone: 200 `ok`, or 500
+ *   `internal server error: <reason>`; 404 for a name that is no check.
+ *
+ * Unlike controller-runtime, a failed check's reason is given (controller-runtime writes
+ * `reason withheld` in the list): the probe port is not the metrics port, and the reason is what
+ * an operator of the operator needs (docs/operations.md). Every body ends with a newline.
+ */
+export function checksHandler(checks: Record<string, Check>): RouteHandler {
+  return (url, subpath) => {
+    if (subpath !== "" && subpath !== "/") {
+      const name = subpath.slice(1);
+      const check = Object.hasOwn(checks, name) ? checks[name] : undefined;
+      if (!check) return text("not found\n", 404);
       const why = check();
-      if (why !== undefined) failed.push(`[-]${name} failed: ${why}`);
+      return why === undefined ? text("ok\n", 200) : text(`internal server error: ${why}\n`, 500);
     }
-    if (failed.length === 0) return new Response("ok\n", { status: 200 });
-    return new Response(failed.join("\n") + "\n", { status: 500 });
+    const excluded = new Set(url.searchParams.getAll("exclude"));
+    const unknown = [...excluded].filter((name) => !Object.hasOwn(checks, name));
+    const lines: string[] = [];
+    let failed = false;
+    for (const name of Object.keys(checks).sort()) {
+      if (excluded.has(name)) {
+        lines.push(`[+]${name} excluded: ok`);
+        continue;
+      }
+      const why = checks[name]();
+      if (why !== undefined) failed = true;
+      lines.push(why === undefined ? `[+]${name} ok` : `[-]${name} failed: ${why}`);
+    }
+    if (!failed && !url.searchParams.has("verbose")) return text("ok\n", 200);
+    if (unknown.length > 0) {
+      lines.push(
+        "warn: some health checks cannot be excluded: no matches for " +
+          unknown.map((n) => JSON.stringify(n)).join(","),
+      );
+    }
+    lines.push(failed ? "healthz check failed" : "healthz check passed");
+    return text(lines.join("\n") + "\n", failed ? 500 : 200);
   };
 }

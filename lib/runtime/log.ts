@@ -1,22 +1,49 @@
 /**
- * Logging setup on LogTape: JSON lines on stderr by default (one object a line with `@timestamp`,
- * `level`, `logger`, `message` and the structured properties), or a readable console format for
- * development. Properties are key-values (`controller`, `namespace`, `name`, `reconcileID`), never
+ * Logging setup on LogTape, on stderr: JSON lines (one object a line with `@timestamp`, `level`,
+ * `logger`, `message` and the structured properties), or readable console lines (LogTape's text
+ * formatter, in colour on a terminal unless `NO_COLOR` is set); by default console when stderr is a terminal and JSON
+ * otherwise (a container, a pipe, a file), as kubebuilder's scaffold logs readable lines in
+ * development and JSON in production. Properties are key-values (`controller`, `namespace`, `name`, `reconcileID`), never
  * interpolated strings; credentials never reach a log line.
  *
  * @module
  */
-import { configure, getLogger, jsonLinesFormatter, type LogRecord, reset } from "@logtape/logtape";
+import {
+  configure,
+  getAnsiColorFormatter,
+  getLogger,
+  getTextFormatter,
+  jsonLinesFormatter,
+  type LogRecord,
+  reset,
+  type TextFormatter,
+  type TextFormatterOptions,
+} from "@logtape/logtape";
 
 /** Log levels accepted by `--log-level`, lowest first (LogTape's levels). */
 export const LOG_LEVELS = ["trace", "debug", "info", "warning", "error", "fatal"] as const;
-/** Output formats accepted by `--log-format`. */
+/** The output formats: `json` (JSON lines) and `console` (readable). */
 export const LOG_FORMATS = ["json", "console"] as const;
+/**
+ * Values of `--log-format`: a format of {@link LOG_FORMATS}, or `auto` (the default): `console`
+ * when stderr is a terminal, else `json` ({@link defaultLogFormat}).
+ */
+export const LOG_FORMAT_CHOICES = ["auto", ...LOG_FORMATS] as const;
 
 /** One of {@link LOG_LEVELS}. */
 export type LogLevelName = typeof LOG_LEVELS[number];
 /** One of {@link LOG_FORMATS}: `json` (JSON lines) or `console` (readable). */
 export type LogFormat = typeof LOG_FORMATS[number];
+/** One of {@link LOG_FORMAT_CHOICES}: a {@link LogFormat} or `auto`. */
+export type LogFormatChoice = typeof LOG_FORMAT_CHOICES[number];
+
+/**
+ * The format `auto` stands for: `console` when stderr (where the logs go) is a terminal, else
+ * `json`.
+ */
+export function defaultLogFormat(): LogFormat {
+  return Deno.stderr.isTerminal() ? "console" : "json";
+}
 
 /**
  * Key-value properties of a log record, e.g. `{ namespace: "a", name: "b" }`. Never put tokens,
@@ -47,23 +74,39 @@ export const DEFAULT_LOG_ROOT = "appservice-operator";
 /** The root category every {@link log} is under; set by {@link setupLogging}. */
 let root = DEFAULT_LOG_ROOT;
 
-/** Readable one-line format: `time LEVEL logger: message key=value ...`. */
-function consoleFormatter(record: LogRecord): string {
-  const time = new Date(record.timestamp).toISOString().slice(11, 23);
-  const msg = record.message.map((m) => (typeof m === "string" ? m : JSON.stringify(m))).join("");
-  const props = Object.entries(record.properties)
-    .map(([k, v]) => `${k}=${typeof v === "string" && !/\s/.test(v) ? v : JSON.stringify(v)}`)
-    .join(" ");
-  const level = record.level.toUpperCase().padEnd(7);
-  return `${time} ${level} ${record.category.slice(1).join(".")}: ${msg}${
-    props ? " " + props : ""
-  }\n`;
+/**
+ * A record's properties as ` key=value ...`: a string without whitespace as is, anything else as
+ * JSON (so a line break in a value never breaks the line); "" when it has none.
+ */
+function propertiesText(properties: Record<string, unknown>): string {
+  const pairs = Object.entries(properties).filter(([, v]) => v !== undefined).map(([k, v]) =>
+    `${k}=${typeof v === "string" && v !== "" && !/\s/.test(v) ? v : JSON.stringify(v)}`
+  );
+  return pairs.length ? " " + pairs.join(" ") : "";
+}
+
+/**
+ * The readable one-line format, `<RFC 3339 time> <LEVEL> <logger>: <message> key=value ...`
+ * (the logger without the root category), from LogTape's text formatter: with ANSI colours when
+ * `colors` (a terminal), plain otherwise.
+ */
+export function consoleFormatter(colors: boolean): TextFormatter {
+  const options: TextFormatterOptions = {
+    timestamp: "rfc3339",
+    level: "FULL",
+    category: (category) => category.slice(1).join("."),
+    format: ({ timestamp, level, category, message, record }) =>
+      `${timestamp} ${level} ${category}: ${message}${propertiesText(record.properties)}`,
+  };
+  return colors ? getAnsiColorFormatter(options) : getTextFormatter(options);
 }
 
 function stderrSink(format: LogFormat) {
   const encoder = new TextEncoder();
-  const formatter = format === "json" ? jsonLinesFormatter : consoleFormatter;
-  return (record: Parameters<typeof formatter>[0]) => {
+  const formatter = format === "json"
+    ? jsonLinesFormatter
+    : consoleFormatter(Deno.stderr.isTerminal() && !Deno.noColor);
+  return (record: LogRecord) => {
     const line = formatter(record);
     Deno.stderr.writeSync(encoder.encode(line.endsWith("\n") ? line : line + "\n"));
   };
@@ -81,15 +124,17 @@ export interface LoggingOptions {
 
 /**
  * Configures LogTape once for the process.
- * @param level minimum level; @param format `json` (default) or `console`
+ * @param level minimum level
+ * @param format `json`, `console`, or `auto` (the default): {@link defaultLogFormat}
  * @param options see {@link LoggingOptions}
  */
 export async function setupLogging(
   level: LogLevelName = "info",
-  format: LogFormat = "json",
+  format: LogFormatChoice = "auto",
   options: LoggingOptions = {},
 ): Promise<void> {
   root = options.root || DEFAULT_LOG_ROOT;
+  if (format === "auto") format = defaultLogFormat();
   await reset();
   await configure({
     reset: true,

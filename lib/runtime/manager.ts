@@ -240,7 +240,7 @@ export class Manager {
     return this.#o.client;
   }
 
-  /** The metrics served on `/metrics` (e.g. to count a client's requests with `restRequests`). */
+  /** The metrics served on `/metrics` (e.g. to count and time a client's requests: `onRequest` calling `recordRequest`). */
   get metrics(): Metrics {
     return this.#o.metrics;
   }

@@ -132,7 +132,14 @@ export function metricsServer(o: MetricsServerOptions): Runnable {
             text: await o.metrics.text(),
             contentType: o.metrics.registry.contentType,
           }),
-          secure: auth && { auth, certDir: o.certDir },
+          secure: auth && {
+            auth,
+            certDir: o.certDir,
+            onCertificateRead: (ok) => {
+              o.metrics.certificateReads.inc();
+              if (!ok) o.metrics.certificateReadErrors.inc();
+            },
+          },
           signal,
           log: log("metrics"),
         });

@@ -1,7 +1,8 @@
 /**
  * Prometheus metrics (prom-client) under the names controller-runtime and client-go export, so
- * existing dashboards work: `controller_runtime_reconcile_*`, `workqueue_*`,
- * `rest_client_requests_total`, `leader_election_master_status`, plus process metrics, and the
+ * existing dashboards work: `controller_runtime_*` (reconciles, errors, terminal errors, panics,
+ * timeouts, workers), `workqueue_*`, `rest_client_requests_total`,
+ * `rest_client_request_duration_seconds`, `leader_election_master_status`, plus process metrics, and the
  * runtime's own under a prefix its user sets ({@link MetricsOptions.prefix}, default `appservice`):
  * `<prefix>_reflector_*` (lists, relists, watch errors, watches open) and
  * `<prefix>_leader_election_changes_total`.
@@ -45,6 +46,91 @@ function procSelfReadable(): boolean {
 /** Default of {@link MetricsOptions.prefix}: this operator's, so its dashboards stay valid. */
 export const DEFAULT_METRICS_PREFIX = "appservice";
 
+/**
+ * Buckets (s) of `controller_runtime_reconcile_time_seconds`: controller-runtime's (5 ms to 60 s,
+ * finer below 1 s).
+ */
+export const RECONCILE_TIME_BUCKETS: readonly number[] = [
+  0.005,
+  0.01,
+  0.025,
+  0.05,
+  0.1,
+  0.15,
+  0.2,
+  0.25,
+  0.3,
+  0.35,
+  0.4,
+  0.45,
+  0.5,
+  0.6,
+  0.7,
+  0.8,
+  0.9,
+  1.0,
+  1.25,
+  1.5,
+  1.75,
+  2.0,
+  2.5,
+  3.0,
+  3.5,
+  4.0,
+  4.5,
+  5,
+  6,
+  7,
+  8,
+  9,
+  10,
+  15,
+  20,
+  25,
+  30,
+  40,
+  50,
+  60,
+];
+
+/**
+ * Buckets (s) of `workqueue_queue_duration_seconds` and `workqueue_work_duration_seconds`:
+ * client-go's and controller-runtime's, powers of ten from 10 ns to 1000 s (12 buckets).
+ */
+export const WORKQUEUE_DURATION_BUCKETS: readonly number[] = [
+  1e-8,
+  1e-7,
+  1e-6,
+  1e-5,
+  1e-4,
+  1e-3,
+  1e-2,
+  1e-1,
+  1,
+  10,
+  100,
+  1000,
+];
+
+/**
+ * Buckets (s) of `rest_client_request_duration_seconds`: controller-runtime's and
+ * component-base's for client-go's request latency (5 ms to 60 s).
+ */
+export const REST_CLIENT_DURATION_BUCKETS: readonly number[] = [
+  0.005,
+  0.025,
+  0.1,
+  0.25,
+  0.5,
+  1,
+  2,
+  4,
+  8,
+  15,
+  30,
+  60,
+];
+
 /** Options of {@link Metrics}. */
 export interface MetricsOptions {
   /**
@@ -55,55 +141,409 @@ export interface MetricsOptions {
   prefix?: string;
 }
 
-/** All metrics of one process, on their own registry. */
+/**
+ * What {@link Metrics.recordRequest} reads of one finished apiserver request (a client's
+ * `RequestInfo`).
+ */
+export interface RequestSample {
+  /** HTTP verb, e.g. `GET`. */
+  method: string;
+  /** HTTP status code as a string, or `<error>` when no answer came. */
+  code: string;
+  /** host:port of the apiserver. */
+  host: string;
+  /** Seconds from sending to the answer's headers (or to the failure). */
+  durationSeconds: number;
+}
+
+/** The registries a metric is registered on. */
+type Registers = client.Registry[];
+
+/** A counter with label names `labels`, registered on `registers`. */
+function counter<L extends string>(
+  registers: Registers,
+  name: string,
+  help: string,
+  labels: readonly L[],
+): client.Counter<L> {
+  return new client.Counter({ name, help, labelNames: labels, registers });
+}
+
+/** A gauge with label names `labels`, registered on `registers`. */
+function gauge<L extends string>(
+  registers: Registers,
+  name: string,
+  help: string,
+  labels: readonly L[],
+): client.Gauge<L> {
+  return new client.Gauge({ name, help, labelNames: labels, registers });
+}
+
+/** A histogram with label names `labels` and bucket bounds `buckets`, on `registers`. */
+function histogram<L extends string>(
+  registers: Registers,
+  name: string,
+  help: string,
+  labels: readonly L[],
+  buckets: readonly number[],
+): client.Histogram<L> {
+  return new client.Histogram({ name, help, labelNames: labels, buckets: [...buckets], registers });
+}
+
+/** controller-runtime's per-controller metrics (`controller_runtime_*`, label `controller`). */
+function controllerMetrics(r: Registers): Pick<
+  Metrics,
+  | "reconcileTotal"
+  | "reconcileErrors"
+  | "terminalReconcileErrors"
+  | "reconcilePanics"
+  | "reconcileTimeouts"
+  | "reconcileTime"
+  | "maxConcurrentReconciles"
+  | "activeWorkers"
+> {
+  const c = ["controller"] as const;
+  return {
+    reconcileTotal: counter(
+      r,
+      "controller_runtime_reconcile_total",
+      "Total number of reconciliations per controller",
+      ["controller", "result"],
+    ),
+    reconcileErrors: counter(
+      r,
+      "controller_runtime_reconcile_errors_total",
+      "Total number of reconciliation errors per controller",
+      c,
+    ),
+    terminalReconcileErrors: counter(
+      r,
+      "controller_runtime_terminal_reconcile_errors_total",
+      "Total number of terminal reconciliation errors per controller",
+      c,
+    ),
+    reconcilePanics: counter(
+      r,
+      "controller_runtime_reconcile_panics_total",
+      "Total number of reconciliation panics per controller",
+      c,
+    ),
+    reconcileTimeouts: counter(
+      r,
+      "controller_runtime_reconcile_timeouts_total",
+      "Total number of reconciliation timeouts per controller",
+      c,
+    ),
+    reconcileTime: histogram(
+      r,
+      "controller_runtime_reconcile_time_seconds",
+      "Length of time per reconciliation per controller",
+      c,
+      RECONCILE_TIME_BUCKETS,
+    ),
+    maxConcurrentReconciles: gauge(
+      r,
+      "controller_runtime_max_concurrent_reconciles",
+      "Maximum number of concurrent reconciles per controller",
+      c,
+    ),
+    activeWorkers: gauge(
+      r,
+      "controller_runtime_active_workers",
+      "Number of currently used workers per controller",
+      c,
+    ),
+  };
+}
+
+/** client-go's work-queue metrics as controller-runtime registers them (`workqueue_*`). */
+function workqueueMetrics(r: Registers): Pick<
+  Metrics,
+  | "queueDepth"
+  | "queueAdds"
+  | "queueDuration"
+  | "workDuration"
+  | "queueRetries"
+  | "unfinishedWork"
+  | "longestRunning"
+> {
+  const q = ["name", "controller"] as const;
+  const b = WORKQUEUE_DURATION_BUCKETS;
+  return {
+    queueDepth: gauge(
+      r,
+      "workqueue_depth",
+      "Current depth of workqueue by workqueue and priority",
+      ["name", "controller", "priority"],
+    ),
+    queueAdds: counter(r, "workqueue_adds_total", "Total number of adds handled by workqueue", q),
+    queueDuration: histogram(
+      r,
+      "workqueue_queue_duration_seconds",
+      "How long in seconds an item stays in workqueue before being requested",
+      q,
+      b,
+    ),
+    workDuration: histogram(
+      r,
+      "workqueue_work_duration_seconds",
+      "How long in seconds processing an item from workqueue takes",
+      q,
+      b,
+    ),
+    queueRetries: counter(
+      r,
+      "workqueue_retries_total",
+      "Total number of retries handled by workqueue",
+      q,
+    ),
+    unfinishedWork: gauge(
+      r,
+      "workqueue_unfinished_work_seconds",
+      "How many seconds of work has been done that is in progress and hasn't been " +
+        "observed by work_duration",
+      q,
+    ),
+    longestRunning: gauge(
+      r,
+      "workqueue_longest_running_processor_seconds",
+      "How many seconds has the longest running processor for workqueue been running",
+      q,
+    ),
+  };
+}
+
+/** client-go's REST client metrics (`rest_client_*`) and its leader-election gauge. */
+function clientGoMetrics(r: Registers): Pick<
+  Metrics,
+  "restRequests" | "restRequestDuration" | "leaderStatus"
+> {
+  return {
+    restRequests: counter(
+      r,
+      "rest_client_requests_total",
+      "Number of HTTP requests, partitioned by status code, method, and host",
+      ["code", "method", "host"],
+    ),
+    restRequestDuration: histogram(
+      r,
+      "rest_client_request_duration_seconds",
+      "Request latency in seconds. Broken down by verb and host",
+      ["verb", "host"],
+      REST_CLIENT_DURATION_BUCKETS,
+    ),
+    leaderStatus: gauge(
+      r,
+      "leader_election_master_status",
+      "Gauge of if the reporting system is master of the relevant lease, 0 indicates " +
+        "backup, 1 indicates master. 'name' is the string used to identify the lease",
+      ["name"],
+    ),
+  };
+}
+
+/** controller-runtime's certwatcher counters (no labels), of the metrics server's certificate. */
+function certwatcherMetrics(r: Registers): Pick<
+  Metrics,
+  "certificateReads" | "certificateReadErrors"
+> {
+  return {
+    certificateReads: counter(
+      r,
+      "certwatcher_read_certificate_total",
+      "Total number of certificate reads",
+      [],
+    ),
+    certificateReadErrors: counter(
+      r,
+      "certwatcher_read_certificate_errors_total",
+      "Total number of certificate read errors",
+      [],
+    ),
+  };
+}
+
+/** The runtime's own metrics, under `prefix` (reflectors and leadership changes). */
+function runtimeMetrics(r: Registers, prefix: string): Pick<
+  Metrics,
+  | "reflectorRelists"
+  | "reflectorLists"
+  | "leaderChanges"
+  | "reflectorWatchErrors"
+  | "reflectorWatchesOpen"
+> {
+  const res = ["resource"] as const;
+  return {
+    reflectorRelists: counter(
+      r,
+      `${prefix}_reflector_relists_total`,
+      "Relists after 410 Gone, per resource",
+      res,
+    ),
+    reflectorWatchErrors: counter(
+      r,
+      `${prefix}_reflector_watch_errors_total`,
+      "List or watch failures retried with backoff, per resource",
+      res,
+    ),
+    reflectorLists: counter(
+      r,
+      `${prefix}_reflector_lists_total`,
+      "Complete lists applied to the cache (initial and relists), per resource",
+      res,
+    ),
+    leaderChanges: counter(
+      r,
+      `${prefix}_leader_election_changes_total`,
+      "Leadership changes of this process per Lease: acquired, lost or released",
+      ["name", "change"],
+    ),
+    reflectorWatchesOpen: gauge(
+      r,
+      `${prefix}_reflector_watches_open`,
+      "Watches accepted by the apiserver and not yet ended, per resource",
+      res,
+    ),
+  };
+}
+
+/**
+ * prom-client's default process and Node.js metrics on `registry`, made true for Deno: the
+ * event-loop lag from a bounded histogram, the `/proc/self` ones only where they can be read, and
+ * the resident memory from Deno.
+ */
+function addProcessMetrics(registry: client.Registry): void {
+  // prom-client's nodejs_eventloop_lag_* metrics read a perf_hooks.monitorEventLoopDelay()
+  // histogram; Deno's is unbounded (docs/design/manager.md, eventloop.ts). Hand prom-client the
+  // bounded one instead (sampling every 100 ms, whatever resolution it asks for), for this call
+  // only: the metric names and help texts stay prom-client's.
+  const original = perfHooks.monitorEventLoopDelay;
+  (perfHooks as { monitorEventLoopDelay: unknown }).monitorEventLoopDelay = () =>
+    new BoundedDelayHistogram();
+  try {
+    client.collectDefaultMetrics({ register: registry });
+  } finally {
+    (perfHooks as { monitorEventLoopDelay: unknown }).monitorEventLoopDelay = original;
+  }
+  if (!procSelfReadable()) {
+    for (const name of PROC_SELF_METRICS) registry.removeSingleMetric(name);
+  }
+  // prom-client reads process_resident_memory_bytes from /proc/self/status, which Deno opens
+  // only with --allow-all (not granted by `deno task start`): it would always read 0. Deno's
+  // own memoryUsage().rss needs no permission; the original collect still runs first, so the
+  // virtual-memory and heap gauges it also fills keep working where /proc is readable.
+  const resident = registry.getSingleMetric("process_resident_memory_bytes") as
+    | (client.Gauge & { collect?: () => void })
+    | undefined;
+  if (resident) {
+    const collect = resident.collect;
+    resident.collect = function (this: client.Gauge) {
+      collect?.call(this);
+      this.set(Deno.memoryUsage().rss);
+    };
+  }
+}
+
+/**
+ * All metrics of one process, on their own registry. Names, types, label names and buckets are
+ * controller-runtime's (pkg/internal/controller/metrics, pkg/metrics) and client-go's where they
+ * exist.
+ */
 export class Metrics {
   /** The registry served on `/metrics`. */
   readonly registry: client.Registry;
-  /** `controller_runtime_reconcile_total{controller,result}`: reconciles by result (success, error, requeue, requeue_after). */
-  readonly reconcileTotal: client.Counter<"controller" | "result">;
-  /** `controller_runtime_reconcile_errors_total{controller}`: reconciles that threw or timed out. */
-  readonly reconcileErrors: client.Counter<"controller">;
+  /**
+   * `controller_runtime_reconcile_total{controller,result}`: reconciles by result (success,
+   * error, requeue, requeue_after).
+   */
+  declare readonly reconcileTotal: client.Counter<"controller" | "result">;
+  /**
+   * `controller_runtime_reconcile_errors_total{controller}`: reconciles that threw (or timed
+   * out) with an error the error policy did not call expected; panics and terminal errors
+   * included.
+   */
+  declare readonly reconcileErrors: client.Counter<"controller">;
+  /**
+   * `controller_runtime_terminal_reconcile_errors_total{controller}`: reconcile errors that are
+   * final (not requeued: a `TerminalError`, or an error policy's `terminal`).
+   */
+  declare readonly terminalReconcileErrors: client.Counter<"controller">;
+  /**
+   * `controller_runtime_reconcile_panics_total{controller}`: reconciles that threw a programming
+   * fault (a JavaScript `TypeError`, `ReferenceError`, `RangeError`, `SyntaxError` or
+   * `EvalError`, or a thrown value that is not an `Error`) — what a Go reconciler's recovered
+   * panic is.
+   */
+  declare readonly reconcilePanics: client.Counter<"controller">;
+  /**
+   * `controller_runtime_reconcile_timeouts_total{controller}`: reconciles whose
+   * `reconcileTimeoutMs` bound ran out (whatever they then resolved or threw).
+   */
+  declare readonly reconcileTimeouts: client.Counter<"controller">;
   /** `controller_runtime_reconcile_time_seconds{controller}`: duration of one reconcile (s). */
-  readonly reconcileTime: client.Histogram<"controller">;
+  declare readonly reconcileTime: client.Histogram<"controller">;
   /** `controller_runtime_max_concurrent_reconciles{controller}`: workers of the controller. */
-  readonly maxConcurrentReconciles: client.Gauge<"controller">;
+  declare readonly maxConcurrentReconciles: client.Gauge<"controller">;
   /** `controller_runtime_active_workers{controller}`: reconciles running now. */
-  readonly activeWorkers: client.Gauge<"controller">;
-  /** `workqueue_depth{name,controller}`: keys waiting. */
-  readonly queueDepth: client.Gauge<"name" | "controller">;
+  declare readonly activeWorkers: client.Gauge<"controller">;
+  /**
+   * `workqueue_depth{name,controller,priority}`: keys waiting; `priority` is always "" (the queue
+   * has no priorities), as controller-runtime's for a queue without them.
+   */
+  declare readonly queueDepth: client.Gauge<"name" | "controller" | "priority">;
   /** `workqueue_adds_total{name,controller}`: adds (duplicates included). */
-  readonly queueAdds: client.Counter<"name" | "controller">;
+  declare readonly queueAdds: client.Counter<"name" | "controller">;
   /** `workqueue_queue_duration_seconds{name,controller}`: time from add to a worker taking the key (s). */
-  readonly queueDuration: client.Histogram<"name" | "controller">;
+  declare readonly queueDuration: client.Histogram<"name" | "controller">;
   /** `workqueue_work_duration_seconds{name,controller}`: time a worker held the key (s). */
-  readonly workDuration: client.Histogram<"name" | "controller">;
+  declare readonly workDuration: client.Histogram<"name" | "controller">;
   /** `workqueue_retries_total{name,controller}`: rate-limited (backoff) re-adds. */
-  readonly queueRetries: client.Counter<"name" | "controller">;
+  declare readonly queueRetries: client.Counter<"name" | "controller">;
   /** `workqueue_unfinished_work_seconds{name,controller}`: summed age of the reconciles in flight (s). */
-  readonly unfinishedWork: client.Gauge<"name" | "controller">;
+  declare readonly unfinishedWork: client.Gauge<"name" | "controller">;
   /** `workqueue_longest_running_processor_seconds{name,controller}`: age of the oldest reconcile in flight (s). */
-  readonly longestRunning: client.Gauge<"name" | "controller">;
-  /** `rest_client_requests_total{code,method,host}`: apiserver requests by answer; fed by a client's `onRequest`. */
-  readonly restRequests: client.Counter<"code" | "method" | "host">;
+  declare readonly longestRunning: client.Gauge<"name" | "controller">;
+  /**
+   * `rest_client_requests_total{code,method,host}`: apiserver requests by answer, one per
+   * attempt; fed by {@link Metrics.recordRequest}.
+   */
+  declare readonly restRequests: client.Counter<"code" | "method" | "host">;
+  /**
+   * `rest_client_request_duration_seconds{verb,host}`: seconds from sending one attempt to its
+   * answer's headers (or its failure), `verb` the HTTP method; fed by
+   * {@link Metrics.recordRequest}. client-go times a whole request, its retries and client-side
+   * rate limit included.
+   */
+  declare readonly restRequestDuration: client.Histogram<"verb" | "host">;
+  /**
+   * `certwatcher_read_certificate_total`: reads of the secure metrics server's
+   * `--metrics-cert-dir` pair (at start and every reload check, 10 s); 0 without one.
+   */
+  declare readonly certificateReads: client.Counter;
+  /**
+   * `certwatcher_read_certificate_errors_total`: those reads that failed (a file unreadable, or a
+   * pair that does not load).
+   */
+  declare readonly certificateReadErrors: client.Counter;
   /** `leader_election_master_status{name}`: 1 while this process holds the Lease `name`, else 0. */
-  readonly leaderStatus: client.Gauge<"name">;
+  declare readonly leaderStatus: client.Gauge<"name">;
   /** `<prefix>_reflector_relists_total{resource}`: relists after 410 Gone. */
-  readonly reflectorRelists: client.Counter<"resource">;
+  declare readonly reflectorRelists: client.Counter<"resource">;
   /** `<prefix>_reflector_lists_total{resource}`: complete lists applied (initial and relists). */
-  readonly reflectorLists: client.Counter<"resource">;
+  declare readonly reflectorLists: client.Counter<"resource">;
   /**
    * `<prefix>_leader_election_changes_total{name,change}`: this process's leadership changes of
    * the Lease `name`, `change` one of `acquired`, `lost` (renewal failed) and `released`.
    */
-  readonly leaderChanges: client.Counter<"name" | "change">;
+  declare readonly leaderChanges: client.Counter<"name" | "change">;
   /** `<prefix>_reflector_watch_errors_total{resource}`: failed lists and watches. */
-  readonly reflectorWatchErrors: client.Counter<"resource">;
+  declare readonly reflectorWatchErrors: client.Counter<"resource">;
   /**
    * `<prefix>_reflector_watches_open{resource}`: watches the apiserver has accepted and that
    * have not ended, summed over the reflectors of a resource; each reflector's series exists (at
    * 0) from its creation. Equal to the number of reflectors when every one is watching.
    */
-  readonly reflectorWatchesOpen: client.Gauge<"resource">;
+  declare readonly reflectorWatchesOpen: client.Gauge<"resource">;
 
   /**
    * Creates every metric on a fresh registry, with default process metrics.
@@ -115,199 +555,27 @@ export class Metrics {
     if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix)) {
       throw new Error(`metrics prefix ${JSON.stringify(prefix)} is not a Prometheus metric name`);
     }
-    const registers = [this.registry = new client.Registry()];
-    const buckets = [
-      0.005,
-      0.01,
-      0.025,
-      0.05,
-      0.1,
-      0.15,
-      0.2,
-      0.25,
-      0.3,
-      0.35,
-      0.4,
-      0.45,
-      0.5,
-      0.6,
-      0.7,
-      0.8,
-      0.9,
-      1.0,
-      1.25,
-      1.5,
-      1.75,
-      2.0,
-      2.5,
-      3.0,
-      3.5,
-      4.0,
-      4.5,
-      5,
-      6,
-      7,
-      8,
-      9,
-      10,
-      15,
-      20,
-      25,
-      30,
-      40,
-      50,
-      60,
-    ];
-    const qBuckets = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1, 10];
-    this.reconcileTotal = new client.Counter({
-      name: "controller_runtime_reconcile_total",
-      help: "Total number of reconciliations per controller",
-      labelNames: ["controller", "result"],
-      registers,
-    });
-    this.reconcileErrors = new client.Counter({
-      name: "controller_runtime_reconcile_errors_total",
-      help: "Total number of reconciliation errors per controller",
-      labelNames: ["controller"],
-      registers,
-    });
-    this.reconcileTime = new client.Histogram({
-      name: "controller_runtime_reconcile_time_seconds",
-      help: "Length of time per reconciliation per controller",
-      labelNames: ["controller"],
-      buckets,
-      registers,
-    });
-    this.maxConcurrentReconciles = new client.Gauge({
-      name: "controller_runtime_max_concurrent_reconciles",
-      help: "Maximum number of concurrent reconciles per controller",
-      labelNames: ["controller"],
-      registers,
-    });
-    this.activeWorkers = new client.Gauge({
-      name: "controller_runtime_active_workers",
-      help: "Number of currently used workers per controller",
-      labelNames: ["controller"],
-      registers,
-    });
-    const q = ["name", "controller"] as const;
-    this.queueDepth = new client.Gauge({
-      name: "workqueue_depth",
-      help: "Current depth of workqueue",
-      labelNames: q,
-      registers,
-    });
-    this.queueAdds = new client.Counter({
-      name: "workqueue_adds_total",
-      help: "Total number of adds handled by workqueue",
-      labelNames: q,
-      registers,
-    });
-    this.queueDuration = new client.Histogram({
-      name: "workqueue_queue_duration_seconds",
-      help: "How long in seconds an item stays in workqueue before being requested",
-      labelNames: q,
-      buckets: qBuckets,
-      registers,
-    });
-    this.workDuration = new client.Histogram({
-      name: "workqueue_work_duration_seconds",
-      help: "How long in seconds processing an item from workqueue takes",
-      labelNames: q,
-      buckets: qBuckets,
-      registers,
-    });
-    this.queueRetries = new client.Counter({
-      name: "workqueue_retries_total",
-      help: "Total number of retries handled by workqueue",
-      labelNames: q,
-      registers,
-    });
-    this.unfinishedWork = new client.Gauge({
-      name: "workqueue_unfinished_work_seconds",
-      help: "How many seconds of work has been done that is in progress and hasn't been observed " +
-        "by work_duration",
-      labelNames: q,
-      registers,
-    });
-    this.longestRunning = new client.Gauge({
-      name: "workqueue_longest_running_processor_seconds",
-      help: "How many seconds has the longest running processor for workqueue been running",
-      labelNames: q,
-      registers,
-    });
-    this.restRequests = new client.Counter({
-      name: "rest_client_requests_total",
-      help: "Number of HTTP requests, partitioned by status code, method, and host",
-      labelNames: ["code", "method", "host"],
-      registers,
-    });
-    this.leaderStatus = new client.Gauge({
-      name: "leader_election_master_status",
-      help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates " +
-        "backup, 1 indicates master. 'name' is the string used to identify the lease",
-      labelNames: ["name"],
-      registers,
-    });
-    this.reflectorRelists = new client.Counter({
-      name: `${prefix}_reflector_relists_total`,
-      help: "Relists after 410 Gone, per resource",
-      labelNames: ["resource"],
-      registers,
-    });
-    this.reflectorWatchErrors = new client.Counter({
-      name: `${prefix}_reflector_watch_errors_total`,
-      help: "List or watch failures retried with backoff, per resource",
-      labelNames: ["resource"],
-      registers,
-    });
-    this.reflectorLists = new client.Counter({
-      name: `${prefix}_reflector_lists_total`,
-      help: "Complete lists applied to the cache (initial and relists), per resource",
-      labelNames: ["resource"],
-      registers,
-    });
-    this.leaderChanges = new client.Counter({
-      name: `${prefix}_leader_election_changes_total`,
-      help: "Leadership changes of this process per Lease: acquired, lost or released",
-      labelNames: ["name", "change"],
-      registers,
-    });
-    this.reflectorWatchesOpen = new client.Gauge({
-      name: `${prefix}_reflector_watches_open`,
-      help: "Watches accepted by the apiserver and not yet ended, per resource",
-      labelNames: ["resource"],
-      registers,
-    });
-    // prom-client's nodejs_eventloop_lag_* metrics read a perf_hooks.monitorEventLoopDelay()
-    // histogram; Deno's is unbounded (docs/design/manager.md, eventloop.ts). Hand prom-client the
-    // bounded one instead (sampling every 100 ms, whatever resolution it asks for), for this call
-    // only: the metric names and help texts stay prom-client's.
-    const original = perfHooks.monitorEventLoopDelay;
-    (perfHooks as { monitorEventLoopDelay: unknown }).monitorEventLoopDelay = () =>
-      new BoundedDelayHistogram();
-    try {
-      client.collectDefaultMetrics({ register: this.registry });
-    } finally {
-      (perfHooks as { monitorEventLoopDelay: unknown }).monitorEventLoopDelay = original;
-    }
-    if (!procSelfReadable()) {
-      for (const name of PROC_SELF_METRICS) this.registry.removeSingleMetric(name);
-    }
-    // prom-client reads process_resident_memory_bytes from /proc/self/status, which Deno opens
-    // only with --allow-all (not granted by `deno task start`): it would always read 0. Deno's
-    // own memoryUsage().rss needs no permission; the original collect still runs first, so the
-    // virtual-memory and heap gauges it also fills keep working where /proc is readable.
-    const resident = this.registry.getSingleMetric("process_resident_memory_bytes") as
-      | (client.Gauge & { collect?: () => void })
-      | undefined;
-    if (resident) {
-      const collect = resident.collect;
-      resident.collect = function (this: client.Gauge) {
-        collect?.call(this);
-        this.set(Deno.memoryUsage().rss);
-      };
-    }
+    this.registry = new client.Registry();
+    const r = [this.registry];
+    Object.assign(
+      this,
+      controllerMetrics(r),
+      workqueueMetrics(r),
+      clientGoMetrics(r),
+      certwatcherMetrics(r),
+      runtimeMetrics(r, prefix),
+    );
+    addProcessMetrics(this.registry);
+  }
+
+  /**
+   * Counts one finished apiserver request attempt in `rest_client_requests_total` and observes
+   * its duration in `rest_client_request_duration_seconds`: give it to a client as its
+   * `onRequest` (or call it from one).
+   */
+  recordRequest(r: RequestSample): void {
+    this.restRequests.inc({ code: r.code, method: r.method, host: r.host });
+    this.restRequestDuration.observe({ verb: r.method, host: r.host }, r.durationSeconds);
   }
 
   /** The exposition text for `/metrics`. */

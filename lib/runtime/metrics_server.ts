@@ -69,6 +69,12 @@ export interface MetricsServerOptions {
     certDir?: string;
     /** Default {@link CERT_RELOAD_INTERVAL_MS}. */
     reloadIntervalMs?: number;
+    /**
+     * Told of each read of `certDir`'s pair, at start and at every reload check: `ok` false when
+     * a file could not be read or the pair does not load (controller-runtime's certwatcher
+     * counts these reads and their errors).
+     */
+    onCertificateRead?: (ok: boolean) => void;
   };
   /** Stops the server (gracefully) when aborted. */
   signal: AbortSignal;
@@ -210,9 +216,20 @@ export async function startMetricsServer(o: MetricsServerOptions): Promise<Metri
   const certDir = o.secure.certDir || undefined;
   const source = certDir ? `--metrics-cert-dir ${certDir}` : "self-signed";
   let current: CertificatePem | { certPem: string; keyPem: string; notAfterMs?: undefined };
+  const told = (ok: boolean) => {
+    try {
+      o.secure?.onCertificateRead?.(ok);
+    } catch { /* metrics must not break the server */ }
+  };
   if (certDir) {
-    current = await readCertDir(certDir);
-    checkKeyPair(current, certDir);
+    try {
+      current = await readCertDir(certDir);
+      checkKeyPair(current, certDir);
+    } catch (err) {
+      told(false);
+      throw err;
+    }
+    told(true);
   } else {
     current = await selfSignedCertificate();
   }
@@ -269,23 +286,26 @@ export async function startMetricsServer(o: MetricsServerOptions): Promise<Metri
       try {
         pair = await readCertDir(certDir);
       } catch (err) {
+        told(false);
         const why = errorText(err);
         if (why !== lastReadError) log.warn("Metrics certificate not reloaded", { error: why });
         lastReadError = why;
         return;
       }
       lastReadError = "";
-      if (pair.certPem === current.certPem && pair.keyPem === current.keyPem) return;
-      if (pair.certPem + pair.keyPem === lastBadPair) return; // logged once
+      if (pair.certPem === current.certPem && pair.keyPem === current.keyPem) return told(true);
+      if (pair.certPem + pair.keyPem === lastBadPair) return told(false); // logged once
       try {
         checkKeyPair(pair, certDir);
       } catch (err) {
+        told(false);
         log.warn("Metrics certificate not reloaded; serving the previous one", {
           error: errorText(err),
         });
         lastBadPair = pair.certPem + pair.keyPem;
         return;
       }
+      told(true);
       use(pair);
       current = pair;
       log.info("Reloaded the metrics serving certificate", { certDir, port });

@@ -35,6 +35,7 @@ export {
   type ErrorDecision,
   type ErrorPolicy,
   type Informer,
+  isPanic,
   type MappedWatch,
   type OwnedWatch,
   Reconcile,
@@ -42,6 +43,7 @@ export {
   type ReconcileContext,
   type ReconcileFn,
   type ReconcileResult,
+  TerminalError,
 } from "./controller.ts";
 export { EventRecorder, type EventRecorderOptions, type EventSpec } from "./events.ts";
 export {
@@ -62,11 +64,14 @@ export { ListenError, type ServerName } from "./health.ts";
 export { type FenceStamp, type LeadershipState, LeaseFence, type Term } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {
+  defaultLogFormat,
   errorText,
   log,
+  LOG_FORMAT_CHOICES,
   LOG_FORMATS,
   LOG_LEVELS,
   type LogFormat,
+  type LogFormatChoice,
   type Logger,
   type LoggingOptions,
   type LogLevelName,
@@ -80,7 +85,14 @@ export {
   type ManagerOptions,
 } from "./manager.ts";
 export { MESSAGES } from "./messages.ts";
-export { Metrics, type MetricsOptions } from "./metrics.ts";
+export {
+  Metrics,
+  type MetricsOptions,
+  RECONCILE_TIME_BUCKETS,
+  type RequestSample,
+  REST_CLIENT_DURATION_BUCKETS,
+  WORKQUEUE_DURATION_BUCKETS,
+} from "./metrics.ts";
 export {
   anyOf,
   deletionOrFinalizersChanged,

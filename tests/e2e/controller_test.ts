@@ -214,7 +214,7 @@ Deno.test("controller S11: started before the CRD exists, not ready, retries, re
       "only the AppService informer unsynced",
       async () => {
         const r = await readyz(op!);
-        return r.status === 500 && !/informer-pods|informer-services/.test(r.body) ? r : undefined;
+        return r.status === 500 && !/\[-\]informer-(pods|services)/.test(r.body) ? r : undefined;
       },
       30_000,
       200,
@@ -287,7 +287,10 @@ Deno.test("controller: the CRD deleted at runtime — /readyz names the failing 
         .test(notReady.body),
       notReady.body,
     );
-    assert(!/informer-pods|informer-services/.test(notReady.body), notReady.body);
+    assert(!/\[-\]informer-(pods|services)/.test(notReady.body), notReady.body);
+    // Every check is listed, the passing ones too (controller-runtime's healthz format).
+    assert(/^\[\+\]informer-pods ok$/m.test(notReady.body), notReady.body);
+    assert(notReady.body.endsWith("healthz check failed\n"), notReady.body);
     assert(logsOf(op, "Watch failed").some((l) => l.properties?.resource === "appservices"));
     assert(await isRunning(op));
 
@@ -439,6 +442,9 @@ Deno.test("controller S11: without permission to list, not ready, retries, recov
 const METRICS = [
   "controller_runtime_reconcile_total",
   "controller_runtime_reconcile_errors_total",
+  "controller_runtime_terminal_reconcile_errors_total",
+  "controller_runtime_reconcile_panics_total",
+  "controller_runtime_reconcile_timeouts_total",
   "controller_runtime_reconcile_time_seconds",
   "controller_runtime_max_concurrent_reconciles",
   "controller_runtime_active_workers",
@@ -450,6 +456,7 @@ const METRICS = [
   "workqueue_unfinished_work_seconds",
   "workqueue_longest_running_processor_seconds",
   "rest_client_requests_total",
+  "rest_client_request_duration_seconds",
   "leader_election_master_status",
   "process_resident_memory_bytes",
   "process_cpu_seconds_total",
@@ -505,6 +512,35 @@ Deno.test("controller: /metrics serves every metric named in the issue; --sync-p
     for (const l of text.split("\n").filter((l) => l.startsWith("rest_client_requests_total"))) {
       assert(/host="127\.0\.0\.1:\d+"/.test(l), l);
     }
+    assert(metricSum(text, "rest_client_request_duration_seconds_count", { verb: "POST" }) > 0);
+    assert(metricSum(text, "rest_client_request_duration_seconds_count", { verb: "GET" }) > 0);
+    for (
+      const name of [
+        "controller_runtime_terminal_reconcile_errors_total",
+        "controller_runtime_reconcile_panics_total",
+        "controller_runtime_reconcile_timeouts_total",
+      ]
+    ) assertEquals(metricSum(text, name, ctl), 0, name);
+
+    // The probes as controller-runtime serves them: ?verbose lists every check, and each check
+    // has its own path.
+    const probe = async (path: string) => {
+      const r = await fetch(`http://127.0.0.1:${op.healthPort}${path}`);
+      return [r.status, await r.text()] as const;
+    };
+    const [vs, verbose] = await probe("/readyz?verbose");
+    assertEquals(vs, 200, verbose);
+    for (const check of ["apiserver", "informer-appservices", "informer-pods"]) {
+      assert(new RegExp(`^\\[\\+\\]${check} ok$`, "m").test(verbose), verbose);
+    }
+    assert(verbose.endsWith("healthz check passed\n"), verbose);
+    assertEquals(await probe("/healthz?verbose"), [
+      200,
+      "[+]lease ok\n[+]ping ok\nhealthz check passed\n",
+    ]);
+    assertEquals(await probe("/readyz/informer-appservices"), [200, "ok\n"]);
+    assertEquals(await probe("/healthz/lease"), [200, "ok\n"]);
+    assertEquals((await probe("/readyz/no-such-check"))[0], 404);
 
     // --sync-period=2s: the unchanged AppService is reconciled again, without any write.
     const before = metricSum(text, "controller_runtime_reconcile_total", ctl);

@@ -29,6 +29,7 @@ import {
   cluster,
   dropNamespace,
   installCrd,
+  metricSum,
   newNamespace,
   type Operator,
   REPO,
@@ -540,7 +541,11 @@ Deno.test("secure /metrics: --metrics-cert-dir rotation picked up without a rest
       // A new connection verifies against the CA and is let through as before.
       const fresh = Deno.createHttpClient({ caCerts: [ca] });
       clients.push(fresh);
-      assertEquals((await scrape(url, fresh, token)).status, 200);
+      const after = await scrape(url, fresh, token);
+      assertEquals(after.status, 200);
+      // controller-runtime's certwatcher counters: the read at start and the reload checks since.
+      assert(metricSum(after.text, "certwatcher_read_certificate_total") >= 2, after.text);
+      assertEquals(metricSum(after.text, "certwatcher_read_certificate_errors_total"), 0);
       assertEquals(op!.child.pid, pid);
       assert(
         op!.logs().some((l) => l.message === "Reloaded the metrics serving certificate"),

@@ -16,8 +16,10 @@ import {
   DEFAULT_SYNC_PERIOD_MS,
   defaultErrorPolicy,
   type ErrorDecision,
+  isPanic,
   Reconcile,
   type ReconcileContext,
+  TerminalError,
 } from "../../lib/runtime/controller.ts";
 import { ApiError, FencedError, isFenced } from "../../lib/kube/errors.ts";
 import { Metrics } from "../../lib/runtime/metrics.ts";
@@ -301,6 +303,9 @@ Deno.test("controller: a reconcile that throws is retried with growing delay, co
   await until("success forgets the backoff", () => c.queue.numRequeues("ns/flaky") === 0);
   assertEquals(await counter(metrics.queueRetries, labels), FAILURES);
   assertEquals(await counter(metrics.reconcileErrors, { controller: "test" }), FAILURES);
+  // Panics: the thrown string and the five TypeErrors; the plain Error is not one.
+  assertEquals(await counter(metrics.reconcilePanics, { controller: "test" }), FAILURES - 1);
+  assertEquals(await counter(metrics.terminalReconcileErrors, { controller: "test" }), 0);
   assertEquals(
     await counter(metrics.reconcileTotal, { controller: "test", result: "error" }),
     FAILURES,
@@ -377,8 +382,98 @@ Deno.test("controller: --reconcile-timeout aborts a slow reconcile; it is an err
   assert(took >= 45 && took < 2_000, `timeout took ${took} ms`);
   assertEquals((reasons[0] as Error)?.name, "TimeoutError");
   assertEquals(await counter(metrics.reconcileErrors), 1);
+  assertEquals(await counter(metrics.reconcileTimeouts), 1);
+  assertEquals(await counter(metrics.reconcilePanics), 0, "a timeout is not a panic");
   stop.abort();
   await run;
+});
+
+Deno.test("controller: controller_runtime_reconcile_timeouts_total counts a bound that ran out, even on success", async () => {
+  const metrics = new Metrics();
+  const c = controller({
+    metrics,
+    reconcileTimeoutMs: 30,
+    // "slow" ignores its signal and succeeds after the bound; "fast" is done well within it.
+    reconcile: async (key) => {
+      if (key === "ns/slow") await sleep(80);
+      return Reconcile.done;
+    },
+  });
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  const results = (result: string) => counter(metrics.reconcileTotal, { result });
+  c.enqueue("ns/fast");
+  for (let i = 0; i < 200 && await results("success") < 1; i++) await sleep(5);
+  assertEquals(await results("success"), 1);
+  assertEquals(await counter(metrics.reconcileTimeouts), 0, "a reconcile within its bound");
+  c.enqueue("ns/slow");
+  for (let i = 0; i < 200 && await results("success") < 2; i++) await sleep(5);
+  assertEquals(await results("success"), 2);
+  assertEquals(await counter(metrics.reconcileTimeouts, { controller: "test" }), 1);
+  assertEquals(await counter(metrics.reconcileErrors), 0, "it succeeded: not an error");
+  stop.abort();
+  await run;
+});
+
+Deno.test("controller: a TerminalError is an error that is not requeued; counted as terminal, not as a panic", async () => {
+  const metrics = new Metrics();
+  const text0 = await metrics.text();
+  const calls: string[] = [];
+  const c = controller({
+    metrics,
+    reconcile: (key) => {
+      calls.push(key);
+      if (key === "ns/final") {
+        throw new TerminalError("spec cannot work", { cause: new Error("x") });
+      }
+      // An ordinary error the policy below calls terminal.
+      if (key === "ns/policy") throw new Error("unsupported");
+      return Promise.resolve(Reconcile.done);
+    },
+    errorPolicy: (err) =>
+      err instanceof Error && err.message === "unsupported"
+        ? { next: Reconcile.terminal }
+        : undefined,
+  });
+  const zero = (await metrics.text()).split("\n").filter((l) =>
+    /^controller_runtime_(terminal_reconcile_errors|reconcile_panics|reconcile_timeouts)_total\{controller="test"\} 0$/
+      .test(l)
+  );
+  assertEquals(zero.length, 3, "each series exists at 0 from the start");
+  assert(!text0.includes('controller="test"'), "a Metrics alone has no series");
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  c.enqueue("ns/final");
+  c.enqueue("ns/policy");
+  for (let i = 0; i < 200 && await counter(metrics.reconcileErrors) < 2; i++) await sleep(5);
+  await sleep(50);
+  assertEquals(calls.sort(), ["ns/final", "ns/policy"], "neither was re-added");
+  assertEquals(c.queue.delayed, 0);
+  assertEquals(await counter(metrics.reconcileErrors), 2);
+  assertEquals(await counter(metrics.terminalReconcileErrors, { controller: "test" }), 2);
+  assertEquals(await counter(metrics.reconcilePanics), 0);
+  assertEquals(await counter(metrics.reconcileTotal, { result: "error" }), 2);
+  // The next change of the object brings the key back.
+  c.enqueue("ns/final");
+  await until("re-enqueued by a change", () => calls.length === 3);
+  stop.abort();
+  await run;
+});
+
+Deno.test("isPanic: engine faults and non-Errors are panics; errors a reconcile reports are not", () => {
+  for (
+    const e of [new TypeError("x"), new ReferenceError("x"), new RangeError("x"), "s", 1, null]
+  ) {
+    assert(isPanic(e), String(e));
+  }
+  const notPanics = [
+    new Error("x"),
+    new TerminalError("x"),
+    new ApiError(500, undefined, { request: "GET /x" }),
+    new DOMException("t", "TimeoutError"),
+  ];
+  for (const e of notPanics) assert(!isPanic(e), String(e));
+  assertEquals(defaultErrorPolicy(new TerminalError("x")), { next: Reconcile.terminal });
 });
 
 Deno.test("controller: --sync-period adds every known key again", async () => {

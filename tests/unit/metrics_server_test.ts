@@ -136,10 +136,16 @@ Deno.test("cert dir: a new tls.crt/tls.key is served after the next check, same 
   const a = await selfSignedCertificate();
   const b = await selfSignedCertificate();
   await write(a);
+  const reads: boolean[] = []; // what certwatcher_read_certificate_{,errors_}total count
   const s = await startMetricsServer({
     address: { hostname: "127.0.0.1", port: 0 },
     metrics: () => Promise.resolve({ text: METRICS_TEXT, contentType: "text/plain" }),
-    secure: { auth: new DelegatedAuth({ reviewer }), certDir: dir, reloadIntervalMs: 10_000 },
+    secure: {
+      auth: new DelegatedAuth({ reviewer }),
+      certDir: dir,
+      reloadIntervalMs: 10_000,
+      onCertificateRead: (ok) => reads.push(ok),
+    },
     signal: ac.signal,
     log,
     clock,
@@ -156,11 +162,13 @@ Deno.test("cert dir: a new tls.crt/tls.key is served after the next check, same 
   try {
     assertEquals(s.certificate?.source, `--metrics-cert-dir ${dir}`);
     assertEquals((await get(url, trustA, "reader")).status, 200);
+    assertEquals(reads, [true], "the read at start");
 
     await write(b);
     const reloaded = () =>
       log.lines.some((l) => l.message === "Reloaded the metrics serving certificate");
     await checkUntil(reloaded);
+    assertEquals(reads, [true, true]);
     assertEquals(s.certificate?.certPem, b.certPem);
     assertEquals((await get(url, trustB, "reader")).status, 200);
     // A new connection trusting only the old certificate fails: it is not served any more.
@@ -176,8 +184,9 @@ Deno.test("cert dir: a new tls.crt/tls.key is served after the next check, same 
     const warned = () =>
       log.lines.filter((l) => l.message.startsWith("Metrics certificate not reloaded")).length;
     await checkUntil(() => warned() === 1);
-    await checkUntil(() => true);
+    await checkUntil(() => reads.length === 4);
     assertEquals(warned(), 1, "a bad pair is reported once");
+    assertEquals(reads, [true, true, false, false], "but each read of it is an error");
     assertEquals(s.certificate?.certPem, b.certPem);
     assertEquals((await get(url, trustB, "reader")).status, 200);
   } finally {

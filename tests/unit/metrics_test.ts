@@ -5,7 +5,12 @@
  */
 import { assert, assertEquals } from "../assert.ts";
 import { startFlags } from "../../scripts/compile.ts";
-import { Metrics, PROC_SELF_METRICS } from "../../lib/runtime/metrics.ts";
+import {
+  Metrics,
+  PROC_SELF_METRICS,
+  REST_CLIENT_DURATION_BUCKETS,
+  WORKQUEUE_DURATION_BUCKETS,
+} from "../../lib/runtime/metrics.ts";
 import { BoundedDelayHistogram, EVENT_LOOP_SAMPLE_CAPACITY } from "../../lib/runtime/eventloop.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;
@@ -63,8 +68,10 @@ Deno.test({
 });
 
 /**
- * Every metric name the operator exports under `deno task start`'s permissions, as it exported
- * them before the event-loop monitor was replaced (dashboards depend on the names).
+ * Every metric name the operator exports under `deno task start`'s permissions: those it exported
+ * before the event-loop monitor was replaced (dashboards depend on the names), and
+ * controller-runtime's added since (panics, terminal errors, timeouts, request durations, the
+ * certwatcher's reads).
  */
 const EXPORTED_NAMES = [
   "appservice_leader_election_changes_total",
@@ -72,11 +79,16 @@ const EXPORTED_NAMES = [
   "appservice_reflector_relists_total",
   "appservice_reflector_watch_errors_total",
   "appservice_reflector_watches_open",
+  "certwatcher_read_certificate_errors_total",
+  "certwatcher_read_certificate_total",
   "controller_runtime_active_workers",
   "controller_runtime_max_concurrent_reconciles",
   "controller_runtime_reconcile_errors_total",
+  "controller_runtime_reconcile_panics_total",
   "controller_runtime_reconcile_time_seconds",
+  "controller_runtime_reconcile_timeouts_total",
   "controller_runtime_reconcile_total",
+  "controller_runtime_terminal_reconcile_errors_total",
   "leader_election_master_status",
   "nodejs_active_handles",
   "nodejs_active_handles_total",
@@ -105,6 +117,7 @@ const EXPORTED_NAMES = [
   "process_cpu_user_seconds_total",
   "process_resident_memory_bytes",
   "process_start_time_seconds",
+  "rest_client_request_duration_seconds",
   "rest_client_requests_total",
   "workqueue_adds_total",
   "workqueue_depth",
@@ -164,4 +177,67 @@ Deno.test("event-loop histogram: the timer samples how late it fires and never h
   assert(h.count >= 3, `count ${h.count}`);
   assert(h.max >= 40e6 && h.max < 1e9, `max ${h.max}: the 50 ms block`);
   assert(h.percentile(50) < 20e6, `p50 ${h.percentile(50)}: a free loop is about on time`);
+});
+
+/** The `# TYPE` and the label names of every sample of `name` (its `_bucket` etc. too) in `text`. */
+function shape(text: string, name: string): { type?: string; labels: string[] } {
+  const type = new RegExp(`^# TYPE ${name} (\\w+)$`, "m").exec(text)?.[1];
+  const labels = new Set<string>();
+  for (const line of text.split("\n")) {
+    const m = new RegExp(`^${name}(?:_bucket|_sum|_count)?\\{([^}]*)\\}`).exec(line);
+    for (const pair of m?.[1].split(",") ?? []) labels.add(pair.split("=")[0]);
+  }
+  return { type, labels: [...labels].sort() };
+}
+
+Deno.test("metrics: controller-runtime's types, label names and buckets", async () => {
+  const m = new Metrics();
+  for (const c of [m.reconcilePanics, m.terminalReconcileErrors, m.reconcileTimeouts]) {
+    c.inc({ controller: "c" });
+  }
+  m.queueDepth.set({ name: "c", controller: "c", priority: "" }, 2);
+  m.queueDuration.observe({ name: "c", controller: "c" }, 500);
+  m.recordRequest({ method: "GET", code: "200", host: "127.0.0.1:6443", durationSeconds: 0.2 });
+  m.recordRequest({ method: "GET", code: "<error>", host: "127.0.0.1:6443", durationSeconds: 9 });
+  const text = await m.text();
+  const expected: Record<string, { type: string; labels: string[] }> = {
+    controller_runtime_reconcile_panics_total: { type: "counter", labels: ["controller"] },
+    controller_runtime_terminal_reconcile_errors_total: { type: "counter", labels: ["controller"] },
+    controller_runtime_reconcile_timeouts_total: { type: "counter", labels: ["controller"] },
+    workqueue_depth: { type: "gauge", labels: ["controller", "name", "priority"] },
+    workqueue_queue_duration_seconds: { type: "histogram", labels: ["controller", "le", "name"] },
+    rest_client_requests_total: { type: "counter", labels: ["code", "host", "method"] },
+    rest_client_request_duration_seconds: { type: "histogram", labels: ["host", "le", "verb"] },
+  };
+  for (const [name, want] of Object.entries(expected)) assertEquals(shape(text, name), want, name);
+  const les = (name: string) =>
+    text.split("\n").filter((l) => l.startsWith(`${name}_bucket{`) && l.includes('verb="GET"'))
+      .map((l) => /le="([^"]+)"/.exec(l)![1]);
+  assertEquals(les("rest_client_request_duration_seconds"), [
+    ...REST_CLIENT_DURATION_BUCKETS.map(String),
+    "+Inf",
+  ]);
+  assertEquals(WORKQUEUE_DURATION_BUCKETS.length, 12);
+  assertEquals([WORKQUEUE_DURATION_BUCKETS[0], WORKQUEUE_DURATION_BUCKETS[11]], [1e-8, 1000]);
+  // 0.2 s falls in le=0.25 and above, 9 s in le=15 and above; 500 s in the 1000 s bucket.
+  assert(
+    /^rest_client_request_duration_seconds_bucket\{le="0.25",verb="GET",host="127.0.0.1:6443"\} 1$/m
+      .test(text),
+    text,
+  );
+  assert(
+    /^rest_client_request_duration_seconds_bucket\{le="15",verb="GET",host="127.0.0.1:6443"\} 2$/m
+      .test(text),
+    text,
+  );
+  assert(
+    /^workqueue_queue_duration_seconds_bucket\{le="1000",name="c",controller="c"\} 1$/m.test(text),
+    text,
+  );
+  assert(
+    /^rest_client_requests_total\{code="<error>",method="GET",host="127.0.0.1:6443"\} 1$/m.test(
+      text,
+    ),
+    text,
+  );
 });
