@@ -10,13 +10,15 @@
  * every (re)opening first delivers the current Lease as an ADDED event ("Get State and Start at
  * Most Recent", Kubernetes API concepts). Each watch is ended by the server after
  * {@link LEASE_WATCH_TIMEOUT_SECONDS}, or by the client after {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS}
- * without a byte, and reopened; after a failure it is reopened a retry period later.
+ * without a byte, and reopened; after a failure it is reopened a retry period later, except after a
+ * 403 (the `watch` verb not granted): then the candidate only polls, as without the watch.
  *
  * @module
  */
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import type { KubeClient } from "../kube/client.ts";
 import { LEASES } from "../kube/resources.ts";
+import { ApiError } from "../kube/errors.ts";
 import { WatchRestartError } from "../kube/watch.ts";
 import { type Clock, sleepOn } from "./clock.ts";
 import { DEFAULT_WATCH_IDLE_TIMEOUT_MS, QUIET_RECONNECT_HEADERS_MS } from "./reflector.ts";
@@ -45,7 +47,10 @@ export interface LeaseWatchOptions {
    * Each answer replaces the previous one.
    */
   onLease: (lease: Lease | undefined) => number | undefined;
-  /** Called when a watch fails (for logs); it is reopened a retry period later. */
+  /**
+   * Called when a watch fails (for logs); it is reopened a retry period later, unless the failure
+   * was a 403 (then not at all).
+   */
   onError?: (err: unknown) => void;
 }
 
@@ -142,6 +147,8 @@ export class LeaseWatch {
             signal,
           })
         ) {
+          // A batch already decoded may go on after the stop: nothing more is observed then.
+          if (signal.aborted) return;
           if (ev.type === "BOOKMARK") continue;
           this.#wakeAtMs = o.onLease(ev.type === "DELETED" ? undefined : ev.object);
           this.#rearm?.();
@@ -153,6 +160,9 @@ export class LeaseWatch {
           failed = true;
           o.onError?.(err);
         }
+        // Not allowed (RBAC without the `watch` verb, e.g. an upgrade that kept the old Role):
+        // told once, and the candidate goes on polling.
+        if (err instanceof ApiError && err.code === 403) return;
       }
       const waitMs = o.retryPeriodMs - (o.clock.now() - startedMs);
       if (failed || waitMs > 0) {
