@@ -5,6 +5,9 @@
  * right before it sent the release) to the new holder's `acquireTime` (stamped by it right before
  * it sent the write that took the Lease), both on this machine's clock.
  *
+ * A leader at rest renews with one request (an update from the record it wrote last), as the audit
+ * log shows.
+ *
  * The retry period here is 3 s (lease 5 s, renew deadline 4 s), so a standby that only polled
  * would take a released Lease 0–3.6 s after the release (retry period × jitter), under the
  * {@link HANDOVER_BOUND_MS} in about one case of four; three hand-overs must all be under it.
@@ -17,11 +20,12 @@ import { assert, assertEquals } from "../assert.ts";
 import { LEASES } from "../../lib/kube/resources.ts";
 import { isHandoverMarker } from "../../lib/runtime/handover.ts";
 import { MESSAGES } from "../../lib/runtime/messages.ts";
-import { microTimeMs } from "./audit.ts";
+import { auditEvents, microTimeMs } from "./audit.ts";
 import {
   admin,
   dropNamespace,
   getLease,
+  installCrd,
   leaseIdentityOf,
   logsOf,
   newNamespace,
@@ -85,6 +89,7 @@ function takenBy(seen: { lease: Lease }[], identity: string, from: number): Prom
 }
 
 Deno.test("lease hand-over: on SIGTERM a watching standby takes the Lease at once; SIGKILL still waits the lease duration", async (t) => {
+  await installCrd();
   const ns = await newNamespace("handover");
   const leaseName = `handover-${crypto.randomUUID().slice(0, 6)}`;
   const flags = [
@@ -126,6 +131,21 @@ Deno.test("lease hand-over: on SIGTERM a watching standby takes the Lease at onc
       30_000,
       100,
     );
+
+    await t.step("a leader at rest renews with one request: an update, no read", async () => {
+      await sleep(RETRY_MS);
+      const since = Date.now();
+      await sleep(4 * RETRY_MS);
+      const until = Date.now();
+      const verbs = (await auditEvents(since))
+        .filter((e) => e.objectRef?.name === leaseName && Date.parse(e.stageTimestamp) < until)
+        .map((e) => e.verb);
+      console.log(`Lease requests of a leader at rest in ${until - since} ms: ${verbs.join(", ")}`);
+      assertEquals(verbs.filter((v) => v !== "update"), []);
+      // A renewal every retry period (jitter applies only to candidates).
+      assert(verbs.length >= 3 && verbs.length <= 5, `${verbs.length} renewals`);
+    });
+
     let next = await standby(leader.id);
 
     const handovers: number[] = [];
