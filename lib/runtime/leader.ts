@@ -538,8 +538,9 @@ export class LeaderElector {
   }
 
   /**
-   * Releases the Lease if held: the term ends (state `released`), then an update clears the
-   * holder and sets a 1 s duration. Call only after every write of this process has stopped.
+   * Releases the Lease if held: the term ends (state `released`), then an update from the record
+   * written last (after a failure: a read, and an update if this replica still holds it) clears
+   * the holder and sets a 1 s duration. Call only after every write of this process has stopped.
    * Returns true when released (`onStoppedLeading("released")` fires then).
    */
   async release(signal?: AbortSignal): Promise<boolean> {
