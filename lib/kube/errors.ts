@@ -97,8 +97,8 @@ export type FenceReason =
  * built by {@link fencedByServer}).
  * Nothing was stored either way, so it is always safe to retry later; a reconcile that meets it
  * ends and is requeued, and it is not a reconcile error. Raised by a `WriteFence`
- * (lib/kube/client.ts), e.g. the Lease holder's `LeaseFence` (lib/runtime/leader.ts), and by the
- * client for the apiserver's refusal.
+ * (lib/kube/client.ts), e.g. the Lease holder's `LeaseFence` (lib/runtime/lease_fence.ts), and by
+ * the client for the apiserver's refusal.
  */
 export class FencedError extends Error {
   /** Why the fence was closed. */

@@ -7,7 +7,10 @@
  *   across clock skew); every write carries the read resourceVersion (a 409 means someone else
  *   won). A Lease deleted while another candidate held it is treated as still held by that
  *   candidate until a lease duration after its last renewal seen here.
- * - renew every `retryPeriodMs`; a leader that cannot renew within `renewDeadlineMs` (monotonic
+ * - candidates try every `retryPeriodMs` (jittered), and at once when their watch on the Lease
+ *   shows it released or run out (lib/runtime/lease_watch.ts; the retry period stays the bound).
+ * - renew every `retryPeriodMs`, with one update from the record written last (client-go's fast
+ *   path; a read only when that fails); a leader that cannot renew within `renewDeadlineMs` (monotonic
  *   clock), or that sees another holder, has lost the Lease: its term's signal aborts,
  *   `onStoppedLeading("lost")` fires and the caller must stop writing at once (self-fencing).
  * - release (on shutdown): the term ends, then an update clears `holderIdentity` and sets
@@ -22,10 +25,12 @@
  * @module
  */
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
-import type { KubeClient, WriteFence } from "../kube/client.ts";
+import type { KubeClient } from "../kube/client.ts";
 import { FencedError, isAlreadyExists, isConflict, isNotFound } from "../kube/errors.ts";
 import { LEASES } from "../kube/resources.ts";
 import { type Clock, realClock, sleepOn } from "./clock.ts";
+import { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";
+import { LeaseWatch } from "./lease_watch.ts";
 import {
   awaitLeaseFence,
   type FenceProbe,
@@ -34,6 +39,8 @@ import {
   isHandoverMarker,
   probeLeaseFence,
 } from "./handover.ts";
+
+export { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";
 
 /** Lease duration (s); client-go leaderelection default 15 s. */
 export const LEASE_DURATION_SECONDS = 15;
@@ -59,27 +66,6 @@ export function microTime(ms: number): string {
   return iso.replace(/\.(\d{3})Z$/, ".$1000Z");
 }
 
-/** When a Lease write was sent, on both clocks of a {@link LeaseFence} (ms). */
-export interface FenceStamp {
-  /** On the monotonic clock (`performance.now()` by default). */
-  monotonicMs: number;
-  /** On the wall clock (`Date.now()` by default). */
-  wallMs: number;
-}
-
-/**
- * One term of leadership: from the Lease write that made this candidate the holder to the end of
- * its holding (lost or released). `signal` is aborted with a {@link FencedError} (reason
- * `NotHeld`, `inFlight` true) when the term ends: the client fence aborts the writes in flight
- * with it and the manager the controllers' reconciles.
- */
-export interface Term {
-  /** 1 for this process's first term, then 2, 3, ... */
-  readonly number: number;
-  /** Aborted (reason a {@link FencedError}) when the term ends. */
-  readonly signal: AbortSignal;
-}
-
 /**
  * Where a {@link LeaderElector} stands; the one answer to "may this replica write"
  * (docs/design/leadership.md has the diagram):
@@ -94,158 +80,6 @@ export type LeadershipState =
   | { readonly kind: "leading"; readonly term: Term }
   | { readonly kind: "lost"; readonly term: Term }
   | { readonly kind: "released"; readonly term: Term };
-
-/**
- * The write fence of a Lease candidate (docs/scenarios.md S13; the rule and its limits:
- * docs/design/leadership.md). A write passes only while a {@link Term} is open (given with
- * {@link begin}, by the elector) and the Lease write of the last successful renewal was sent less
- * than `renewDeadlineMs` ago, on the monotonic clock and on the wall clock (the larger age
- * counts). It holds no leadership state of its own: the term's signal is the elector's.
- */
-export class LeaseFence implements WriteFence {
-  #deadlineMs: number;
-  #monotonic: () => number;
-  #wall: () => number;
-  #timers: Pick<Clock, "setTimer" | "clearTimer">;
-  #renewed: FenceStamp = { monotonicMs: -Infinity, wallMs: -Infinity };
-  #term?: Term;
-  /** Aborted when the renewal goes stale at its deadline; a later renewal opens another window. */
-  #window = new AbortController();
-  /** The term's and the window's signals combined (made when first asked for). */
-  #signal?: AbortSignal;
-  #deadlineTimer: unknown;
-
-  /**
-   * A fence that is closed until a term begins and a renewal is recorded.
-   * @param renewDeadlineMs age (ms) of the last successful renewal at which writes stop
-   * @param monotonicNow monotonic clock (ms); default `performance.now()`
-   * @param wallNow wall clock (ms); default `Date.now()`
-   * @param timers for the deadline timer; default the real clock's
-   */
-  constructor(
-    renewDeadlineMs: number,
-    monotonicNow: () => number = () => performance.now(),
-    wallNow: () => number = Date.now,
-    timers: Pick<Clock, "setTimer" | "clearTimer"> = realClock,
-  ) {
-    this.#deadlineMs = renewDeadlineMs;
-    this.#monotonic = monotonicNow;
-    this.#wall = wallNow;
-    this.#timers = timers;
-  }
-
-  /**
-   * Writes may pass during `term` (while its signal is not aborted and the renewal is fresh).
-   * When the term's signal aborts, the deadline timer is cleared.
-   */
-  begin(term: Term): void {
-    this.#term = term;
-    if (this.#window.signal.aborted) this.#window = new AbortController();
-    this.#signal = undefined;
-    term.signal.addEventListener("abort", () => {
-      if (this.#term !== term) return;
-      this.#timers.clearTimer(this.#deadlineTimer);
-      this.#deadlineTimer = undefined;
-    }, { once: true });
-    this.#armDeadline();
-  }
-
-  /** Now, on both clocks: taken right before a Lease write is sent. */
-  stamp(): FenceStamp {
-    return { monotonicMs: this.#monotonic(), wallMs: this.#wall() };
-  }
-
-  /** A Lease write sent at `at` succeeded. */
-  renewed(at: FenceStamp): void {
-    if (this.#window.signal.aborted) {
-      this.#window = new AbortController();
-      this.#signal = undefined;
-    }
-    if (at.monotonicMs > this.#renewed.monotonicMs) this.#renewed = at;
-    this.#armDeadline();
-  }
-
-  /** Whether a term is open (ignoring the renewal's age). */
-  get #holding(): boolean {
-    return this.#term !== undefined && !this.#term.signal.aborted;
-  }
-
-  /**
-   * The deadline timer: when the renewal has gone stale, {@link signal} aborts the writes in
-   * flight. After a pause the overdue timer runs in the first turn of the event loop, before the
-   * connections write requests handed to fetch just before the pause (docs/design/leadership.md).
-   */
-  #armDeadline(): void {
-    this.#timers.clearTimer(this.#deadlineTimer);
-    this.#deadlineTimer = undefined;
-    if (!this.#holding) return;
-    const inMs = this.#deadlineMs - (this.#monotonic() - this.#renewed.monotonicMs);
-    this.#deadlineTimer = this.#timers.setTimer(() => {
-      this.#deadlineTimer = undefined;
-      if (!this.#holding) return;
-      if (this.open) {
-        this.#armDeadline(); // renewed meanwhile, or woken early
-        return;
-      }
-      this.#window.abort(
-        new FencedError(
-          "Stale",
-          "write in flight at the renew deadline",
-          this.renewalAgeMs(),
-          undefined,
-          true,
-        ),
-      );
-    }, Math.max(0, inMs));
-  }
-
-  /**
-   * Aborted when writes in flight must stop: the term ended (reason `NotHeld`), or the renewal
-   * went stale at its deadline (reason `Stale`; a later renewal gives a new signal). Before any
-   * term: a signal that is never aborted.
-   */
-  get signal(): AbortSignal {
-    if (!this.#signal) {
-      this.#signal = this.#term
-        ? AbortSignal.any([this.#term.signal, this.#window.signal])
-        : this.#window.signal;
-    }
-    return this.#signal;
-  }
-
-  /**
-   * Age (ms) of the last successful renewal on the monotonic clock alone: what the renew loop
-   * gives up on (a wall-clock step must not end leadership; it only holds writes back until the
-   * next renewal).
-   */
-  monotonicAgeMs(): number {
-    return this.#monotonic() - this.#renewed.monotonicMs;
-  }
-
-  /** Age (ms) of the last successful renewal: the larger of its monotonic and wall-clock ages. */
-  renewalAgeMs(): number {
-    return Math.max(
-      this.#monotonic() - this.#renewed.monotonicMs,
-      this.#wall() - this.#renewed.wallMs,
-    );
-  }
-
-  /** Whether a write may leave now. */
-  get open(): boolean {
-    return this.#holding && this.renewalAgeMs() < this.#deadlineMs;
-  }
-
-  /**
-   * Throws {@link FencedError} unless a write may leave now (reason `NotHeld`: no open term;
-   * `Stale`: the renewal is past the deadline). Synchronous and cheap: it runs before every
-   * write the client sends.
-   */
-  check(method: string, path: string): void {
-    if (!this.#holding) throw new FencedError("NotHeld", `${method} ${path}`);
-    const age = this.renewalAgeMs();
-    if (age >= this.#deadlineMs) throw new FencedError("Stale", `${method} ${path}`, age);
-  }
-}
 
 /** Options of {@link LeaderElector}. */
 export interface LeaderElectorOptions {
@@ -289,6 +123,12 @@ export interface LeaderElectorOptions {
   sealTakeover?: boolean;
   /** Called with each seal and confirm step of a takeover (for logs). */
   onHandover?: (report: HandoverReport) => void;
+  /**
+   * While a candidate whose first attempt failed, watch the Lease and try at once when it is
+   * released, or when it runs out on this replica's clock (lib/runtime/lease_watch.ts); needs the
+   * `watch` verb on leases. Default true; the retry period stays the bound either way.
+   */
+  watchLease?: boolean;
 }
 
 /** One candidate for the Lease; its {@link LeaderElector.state} says whether it may write. */
@@ -304,6 +144,7 @@ export class LeaderElector {
         | "monotonicNow"
         | "sealTakeover"
         | "onHandover"
+        | "watchLease"
       >
     >
     & LeaderElectorOptions;
@@ -404,6 +245,15 @@ export class LeaderElector {
   ): Promise<boolean> {
     const o = this.#o;
     try {
+      // client-go's fast path: a leader renews with one update from the record it wrote last; any
+      // failure (a 409: someone else wrote the Lease) falls back to a read and an update.
+      if (this.#state.kind === "leading" && this.#lease?.spec?.holderIdentity === o.identity) {
+        try {
+          return await this.#write(this.#lease, this.fence.stamp(), signal);
+        } catch (err) {
+          if (signal?.aborted) throw err;
+        }
+      }
       let current: Lease;
       let now: number;
       try {
@@ -435,21 +285,29 @@ export class LeaderElector {
           AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs)),
         ]);
       }
-      const stamp = this.fence.stamp();
-      this.#lease = await o.client.update<Lease>(LEASES, {
-        ...current,
-        spec: { ...current.spec, ...leaseSpec(o, stamp.wallMs, current.spec) },
-      }, { signal });
-      this.#marker = undefined;
-      this.#observe(this.#lease, stamp.wallMs);
-      this.#held(stamp);
-      return true;
+      return await this.#write(current, this.fence.stamp(), signal);
     } catch (err) {
       // A conflict means another candidate won this round; an abort is our own shutdown.
       const shutdown = signal?.aborted && (signal.reason as Error)?.name !== "TimeoutError";
       if (!isConflict(err) && !isAlreadyExists(err) && !shutdown) o.onError?.(err);
       return false;
     }
+  }
+
+  /**
+   * Writes this candidate as holder over `current` (its resourceVersion the precondition), stamped
+   * `stamp` (taken right before the write is sent); on success the fence counts from that stamp.
+   * Returns true; throws the update's error.
+   */
+  async #write(current: Lease, stamp: FenceStamp, signal?: AbortSignal): Promise<boolean> {
+    this.#lease = await this.#o.client.update<Lease>(LEASES, {
+      ...current,
+      spec: { ...current.spec, ...leaseSpec(this.#o, stamp.wallMs, current.spec) },
+    }, { signal });
+    this.#marker = undefined;
+    this.#observe(this.#lease, stamp.wallMs);
+    this.#held(stamp);
+    return true;
   }
 
   /**
@@ -551,6 +409,17 @@ export class LeaderElector {
     });
   }
 
+  /**
+   * When to try next after the watch delivered `lease` (undefined: deleted): at once when it has
+   * no holder, else when it runs out on this replica's clock (the rule of tryAcquireOrRenew and
+   * #createMissing).
+   */
+  #nextTry(lease: Lease | undefined): number {
+    if (lease) this.#observe(lease, this.#clock.now());
+    const seen = this.#observed;
+    return seen?.holder ? seen.atMs + seen.durationMs : this.#clock.now();
+  }
+
   #observe(lease: Lease, now: number): void {
     const holder = lease.spec?.holderIdentity ?? "";
     const renew = lease.spec?.renewTime;
@@ -595,16 +464,20 @@ export class LeaderElector {
   async #acquire(signal: AbortSignal): Promise<boolean> {
     const o = this.#o;
     const attemptMs = leaseAttemptTimeoutMs(o.renewDeadlineMs);
-    while (!signal.aborted) {
-      const startedMs = this.#clock.now();
-      const attempt = AbortSignal.any([signal, AbortSignal.timeout(attemptMs)]);
-      if (await this.tryAcquireOrRenew(attempt, signal)) break;
-      const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
-      try {
-        await sleepOn(this.#clock, Math.max(0, periodMs - (this.#clock.now() - startedMs)), signal);
-      } catch {
-        return false;
+    const watch = new LeaseWatch({ ...o, onLease: (l) => this.#nextTry(l), clock: this.#clock });
+    try {
+      while (!signal.aborted) {
+        const startedMs = this.#clock.now();
+        const attempt = AbortSignal.any([signal, AbortSignal.timeout(attemptMs)]);
+        if (await this.tryAcquireOrRenew(attempt, signal)) break;
+        if (o.watchLease !== false) watch.start(signal);
+        const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
+        await watch.sleep(Math.max(0, periodMs - (this.#clock.now() - startedMs)), signal);
       }
+    } catch {
+      return false;
+    } finally {
+      watch.stop();
     }
     if (signal.aborted) {
       // Stopping as it acquired: the term ends before any write (the Lease runs out by itself).
@@ -665,34 +538,43 @@ export class LeaderElector {
   }
 
   /**
-   * Releases the Lease if held: the term ends (state `released`), then an update clears the
-   * holder and sets a 1 s duration. Call only after every write of this process has stopped.
+   * Releases the Lease if held: the term ends (state `released`), then an update from the record
+   * written last (after a failure: a read, and an update if this replica still holds it) clears
+   * the holder and sets a 1 s duration. Call only after every write of this process has stopped.
    * Returns true when released (`onStoppedLeading("released")` fires then).
    */
   async release(signal?: AbortSignal): Promise<boolean> {
     if (this.#state.kind !== "leading" || !this.#lease) return false;
     this.#end("released");
-    try {
-      const current = await this.#o.client.get<Lease>(LEASES, this.#o.name, {
-        namespace: this.#o.namespace,
-        signal,
-      });
-      if (current.spec?.holderIdentity !== this.#o.identity) return false;
-      const now = this.#clock.now(); // stamped when the write is sent
-      await this.#o.client.update<Lease>(LEASES, {
+    const o = this.#o;
+    const clear = (current: Lease) => {
+      const now = microTime(this.#clock.now()); // stamped when the write is sent
+      const spec = {
+        holderIdentity: "",
+        leaseDurationSeconds: 1,
+        renewTime: now,
+        acquireTime: now,
+      };
+      return o.client.update<Lease>(LEASES, {
         ...current,
-        spec: {
-          ...current.spec,
-          holderIdentity: "",
-          leaseDurationSeconds: 1,
-          renewTime: microTime(now),
-          acquireTime: microTime(now),
-        },
+        spec: { ...current.spec, ...spec },
       }, { signal });
-      this.#o.onStoppedLeading?.("released");
-      return true;
+    };
+    try {
+      // One update from the record written last; a read and an update only when that fails (a
+      // 409: someone else wrote the Lease since).
+      const done = await clear(this.#lease).then(() => true, async (err) => {
+        if (signal?.aborted) throw err;
+        const current = await o.client.get<Lease>(LEASES, o.name, {
+          namespace: o.namespace,
+          signal,
+        });
+        return current.spec?.holderIdentity === o.identity && !!(await clear(current));
+      });
+      if (done) o.onStoppedLeading?.("released");
+      return done;
     } catch (err) {
-      this.#o.onError?.(err);
+      o.onError?.(err);
       return false;
     }
   }

@@ -61,7 +61,8 @@ export {
   type OwnerIdentity,
 } from "./ownership.ts";
 export { ListenError, type ServerName } from "./health.ts";
-export { type FenceStamp, type LeadershipState, LeaseFence, type Term } from "./leader.ts";
+export { type LeadershipState } from "./leader.ts";
+export { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {
   defaultLogFormat,

@@ -2,8 +2,9 @@
  * Least privilege, end to end: deploy/'s RBAC applied, a token minted for its ServiceAccount with
  * the TokenRequest API, the operator run with a kubeconfig holding only that token (and
  * --leader-elect, --metrics-secure), the main scenario (create, a crash-looping Pod reported twice,
- * scale, update, delete) and one scrape of /metrics by a ServiceAccount bound to deploy/'s
- * metrics-reader ClusterRole (the operator's TokenReview and SubjectAccessReview). Then, from the
+ * scale, update, delete), one scrape of /metrics by a ServiceAccount bound to deploy/'s
+ * metrics-reader ClusterRole (the operator's TokenReview and SubjectAccessReview), and a second
+ * replica standing by for a moment (its watch on the Lease). Then, from the
  * audit log: no request of the operator was forbidden, and every verb the RBAC grants was used
  * (patch on events: the Event series count; create on tokenreviews and subjectaccessreviews: the
  * scrape).
@@ -21,8 +22,10 @@ import {
   dropNamespace,
   getAs,
   installCrd,
+  logsOf,
   newNamespace,
   REPO,
+  sleep,
   startOperator,
   waitFor,
 } from "./harness.ts";
@@ -182,6 +185,22 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
         }, 60_000);
       },
     );
+    await t.step("a standby as the ServiceAccount: it watches the Lease", async () => {
+      // The leader never watches its Lease; a standby does after its first attempt (the watch's
+      // audit event is written when it ends, at the standby's stop).
+      const standby = await startOperator([`--kubeconfig=${kubeconfig}`, "--leader-elect"]);
+      try {
+        await standby.waitReady();
+        await waitFor(
+          "the standby observed the leader",
+          () => logsOf(standby, "Observed leader").length > 0,
+          30_000,
+        );
+        await sleep(1_000);
+      } finally {
+        assertEquals(await standby.stop(), 0);
+      }
+    });
     const logged = op.logs().find((l) => l.message === "Connected");
     assertEquals((logged?.properties as Record<string, unknown>)?.user, SA_USER);
   } finally {

@@ -30,6 +30,13 @@ class FakeLeaseApi {
   /** When set, every call fails with it (a cut connection). */
   failWith?: Error;
   writes: { verb: string; spec: Lease["spec"] }[] = [];
+  /** Every Lease request, in order: get, create, update, watch. */
+  calls: string[] = [];
+  /** Watches open now. */
+  watchers = 0;
+  /** When set, opening a watch fails with it (the verb not granted, a cut connection). */
+  watchFailsWith?: Error;
+  #listeners = new Set<(ev: { type: "ADDED" | "MODIFIED"; object: Lease }) => void>();
   /**
    * The Lease-holder policy, when set: the holder the apiserver's informer shows (it lags the
    * stored Lease; the test moves it), and the probes it answered.
@@ -50,7 +57,9 @@ class FakeLeaseApi {
 
   client(): KubeClient {
     const api = {
+      watch: (_rt: unknown, o: { signal?: AbortSignal }) => this.#watch(o.signal),
       get: (_rt: unknown, _name: string) => {
+        this.calls.push("get");
         if (this.failWith) return Promise.reject(this.failWith);
         if (!this.lease) {
           return Promise.reject(new ApiError(404, { reason: "NotFound", message: "not found" }));
@@ -60,6 +69,7 @@ class FakeLeaseApi {
       create: (rt: unknown, obj: Lease) => {
         if (this.failWith) return Promise.reject(this.failWith);
         if (rt === EVENTS) return this.#probe(obj as unknown as { reportingInstance: string });
+        this.calls.push("create");
         if (this.lease) {
           return Promise.reject(new ApiError(409, { reason: "AlreadyExists", message: "exists" }));
         }
@@ -71,9 +81,11 @@ class FakeLeaseApi {
         this.lease = structuredClone(obj);
         this.lease.metadata = { ...obj.metadata, resourceVersion: String(++this.rv) };
         this.writes.push({ verb: "create", spec: structuredClone(obj.spec) });
+        this.#notify("ADDED");
         return Promise.resolve(structuredClone(this.lease));
       },
       update: (_rt: unknown, obj: Lease) => {
+        this.calls.push("update");
         if (this.failWith) return Promise.reject(this.failWith);
         if (!this.lease) {
           return Promise.reject(new ApiError(404, { reason: "NotFound", message: "not found" }));
@@ -89,10 +101,47 @@ class FakeLeaseApi {
         this.lease = structuredClone(obj);
         this.lease.metadata = { ...obj.metadata, resourceVersion: String(++this.rv) };
         this.writes.push({ verb: "update", spec: structuredClone(obj.spec) });
+        this.#notify("MODIFIED");
         return Promise.resolve(structuredClone(this.lease));
       },
     };
     return api as unknown as KubeClient;
+  }
+
+  /** Another writer (kubectl) changes the Lease without touching its spec: a new resourceVersion. */
+  touch(): void {
+    this.lease!.metadata = { ...this.lease!.metadata, resourceVersion: String(++this.rv) };
+    this.#notify("MODIFIED");
+  }
+
+  #notify(type: "ADDED" | "MODIFIED"): void {
+    for (const l of this.#listeners) l({ type, object: structuredClone(this.lease!) });
+  }
+
+  /** A watch of the Lease: its current state as ADDED, then every write, until `signal` aborts. */
+  async *#watch(signal?: AbortSignal) {
+    this.calls.push("watch");
+    if (this.watchFailsWith) throw this.watchFailsWith;
+    const queue: { type: "ADDED" | "MODIFIED"; object: Lease }[] = [];
+    let wake = () => {};
+    const listener = (ev: (typeof queue)[number]) => (queue.push(ev), wake());
+    this.#listeners.add(listener);
+    this.watchers++;
+    try {
+      if (this.lease) yield { type: "ADDED" as const, object: structuredClone(this.lease) };
+      for (let i = 0; i < 10_000 && !signal?.aborted; i++) {
+        if (!queue.length) {
+          await new Promise<void>((r) => {
+            wake = r;
+            signal?.addEventListener("abort", () => r(), { once: true });
+          });
+        }
+        while (queue.length && !signal?.aborted) yield queue.shift()!;
+      }
+    } finally {
+      this.#listeners.delete(listener);
+      this.watchers--;
+    }
   }
 
   /** deploy/'s Lease-holder policy on a dry-run Event by replica `reportingInstance`. */
@@ -397,12 +446,9 @@ Deno.test("leader issue 25: renewTime and acquireTime are the times the Lease wr
   assertEquals(api.writes[0].verb, "create");
   assertEquals(api.writes[0].spec?.acquireTime, microTime(start + 4_500));
   assertEquals(api.writes[0].spec?.renewTime, microTime(start + 4_500));
-  // Renew (update): renewTime when sent, acquireTime kept.
-  held = new Promise<void>((r) => unblock = r);
-  attempt = a.tryAcquireOrRenew();
+  // Renew (update from the record written last, no read): renewTime when sent, acquireTime kept.
   clock.advance(1_000);
-  unblock();
-  assert(await attempt);
+  assert(await a.tryAcquireOrRenew());
   assertEquals(api.writes[1].verb, "update");
   assertEquals(api.writes[1].spec?.renewTime, microTime(start + 5_500));
   assertEquals(api.writes[1].spec?.acquireTime, microTime(start + 4_500));
@@ -576,4 +622,212 @@ Deno.test("leader: a seal without a policy in force waits for nothing; one that 
   assertEquals(reports[1].holder, "pod-b_2");
   assert(reports[1].waitedMs >= 3_000 && reports[1].waitedMs < 3_100, `${reports[1].waitedMs}`);
   assertEquals(api.lease!.spec!.holderIdentity, "pod-c_3");
+});
+
+Deno.test("leader issue 27: a leader renews with one update from the record it wrote last; a conflict falls back to a read", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const a = elector(api, "a", clock);
+  const b = elector(api, "b", clock);
+  assert(await a.tryAcquireOrRenew());
+  assertEquals(api.calls, ["get", "create"]);
+  const term = a.state.kind === "leading" ? a.state.term : undefined;
+  // At rest: one request per renewal.
+  api.calls = [];
+  for (let i = 0; i < 3; i++) {
+    clock.advance(1_000);
+    assert(await a.tryAcquireOrRenew());
+  }
+  assertEquals(api.calls, ["update", "update", "update"]);
+  assertEquals(api.lease!.spec!.renewTime, microTime(clock.now()));
+  // Someone else wrote the Lease (same holder): the update's 409 is followed by a read and an
+  // update, in the same attempt and the same term.
+  api.touch();
+  api.calls = [];
+  clock.advance(1_000);
+  assert(await a.tryAcquireOrRenew());
+  assertEquals(api.calls, ["update", "get", "update"]);
+  assert(a.state.kind === "leading" && a.state.term === term);
+  // Another holder wrote it: the 409, then the read shows that holder: lost, nothing written.
+  clock.advance(4_000);
+  assertEquals(await b.tryAcquireOrRenew(), false); // b first sees a's record now...
+  clock.advance(4_000);
+  assert(await b.tryAcquireOrRenew()); // ...and takes it once it ran out on b's clock
+  api.calls = [];
+  assertEquals(await a.tryAcquireOrRenew(), false);
+  assertEquals(api.calls, ["update", "get"]);
+  assertEquals(a.state.kind, "lost");
+  assertEquals(api.lease!.spec!.holderIdentity, "b");
+});
+
+Deno.test("leader issue 27: the one-request renewal stamps the fence when the update is sent, and only on success", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const base = api.client() as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+  let gate: Promise<void> | undefined;
+  let failNext: Error | undefined;
+  // The update may hang (a slow answer) or fail once (a 500) before reaching the store.
+  const client = {
+    ...base,
+    update: async (...a: unknown[]) => {
+      if (gate) await gate;
+      if (failNext) {
+        const err = failNext;
+        failNext = undefined;
+        throw err;
+      }
+      return base.update(...a);
+    },
+  };
+  const a = elector(api, "a", clock, { client: client as unknown as KubeClient });
+  assert(await a.tryAcquireOrRenew());
+  // A renewal whose answer takes 2 s: the fence counts from the sending.
+  clock.advance(1_000);
+  const sentAt = clock.now();
+  let open!: () => void;
+  gate = new Promise<void>((r) => open = r);
+  const slow = a.tryAcquireOrRenew();
+  clock.advance(2_000);
+  assertEquals(a.fence.renewalAgeMs(), 3_000, "renewed before the answer");
+  open();
+  gate = undefined;
+  assert(await slow);
+  assertEquals(a.fence.renewalAgeMs(), 2_000);
+  assertEquals(api.lease!.spec!.renewTime, microTime(sentAt));
+  // A renewal that fails (500, then the fallback fails too): the fence keeps its old stamp.
+  api.calls = [];
+  api.failWith = new ApiError(500, { reason: "InternalError", message: "etcd" });
+  assertEquals(await a.tryAcquireOrRenew(), false);
+  assertEquals(api.calls, ["update", "get"]);
+  assertEquals(a.fence.renewalAgeMs(), 2_000);
+  api.failWith = undefined;
+  // The fast path fails once (500): the read and update that follow renew, stamped at their send.
+  failNext = new ApiError(500, { reason: "InternalError", message: "etcd" });
+  api.calls = [];
+  assert(await a.tryAcquireOrRenew());
+  assertEquals(api.calls, ["get", "update"]); // the failed one never reached the store
+  assertEquals(a.fence.renewalAgeMs(), 0);
+});
+
+Deno.test("leader issue 27: release is one update from the record written last", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const a = elector(api, "a", clock);
+  assert(await a.tryAcquireOrRenew());
+  api.calls = [];
+  assert(await a.release());
+  assertEquals(api.calls, ["update"]);
+  assertEquals(api.lease!.spec!.holderIdentity, "");
+  // After another write (409): a read, then the update.
+  const b = elector(api, "b", clock);
+  assert(await b.tryAcquireOrRenew());
+  api.touch();
+  api.calls = [];
+  assert(await b.release());
+  assertEquals(api.calls, ["update", "get", "update"]);
+  assertEquals(api.lease!.spec!.holderIdentity, "");
+});
+
+/** Candidate `b` of a Lease `a` holds, campaigning with retry period 2.4 s (lease 4 s). */
+async function standby(watchLease: boolean) {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const a = elector(api, "a", clock);
+  assert(await a.tryAcquireOrRenew());
+  const b = elector(api, "b", clock, { retryPeriodMs: 2_400, watchLease });
+  const stop = new AbortController();
+  const run = b.run(stop.signal);
+  await flush();
+  assertEquals(b.state.kind, "candidate");
+  return { api, clock, a, b, stop, run, t0: clock.now() };
+}
+
+Deno.test("leader issue 27: a standby watching the Lease takes it at once when it is released", async () => {
+  const { api, clock, a, b, stop, run, t0 } = await standby(true);
+  assertEquals(api.watchers, 1, "the standby watches the Lease");
+  clock.advance(300);
+  await flush();
+  assert(await a.release());
+  await flush();
+  assert(b.isLeader, "the standby did not take the released Lease at once");
+  assertEquals(clock.now() - t0, 300, "it waited for time to pass");
+  assertEquals(api.lease!.spec!.holderIdentity, "b");
+  assertEquals(api.watchers, 0, "the leader still watches");
+  stop.abort();
+  assertEquals(await run, "stopped");
+});
+
+Deno.test("leader issue 27: control: without the watch, the release is seen at the next retry", async () => {
+  const { api, clock, a, b, stop, run, t0 } = await standby(false);
+  assertEquals(api.watchers, 0);
+  clock.advance(300);
+  await flush();
+  assert(await a.release());
+  await flush();
+  assertEquals(b.state.kind, "candidate");
+  clock.advance(2_400 - 300 - 1);
+  await flush();
+  assertEquals(b.state.kind, "candidate");
+  clock.advance(1);
+  await flush();
+  assert(b.isLeader);
+  assertEquals(clock.now() - t0, 2_400);
+  stop.abort();
+  assertEquals(await run, "stopped");
+});
+
+Deno.test("leader issue 27: a standby watching the Lease tries when it runs out, not at the next retry after", async () => {
+  for (const watchLease of [true, false]) {
+    const { clock, b, stop, run, t0 } = await standby(watchLease);
+    // a stops renewing (SIGKILL). b saw its last renewal at t0: it runs out at t0 + 4 s on b's
+    // clock, between b's retries at t0 + 2.4 s and t0 + 4.8 s.
+    let tookMs: number | undefined;
+    for (let i = 0; i < 60 && tookMs === undefined; i++) {
+      clock.advance(100);
+      await flush();
+      if (b.isLeader) tookMs = clock.now() - t0;
+    }
+    assertEquals(tookMs, watchLease ? 4_000 : 4_800, `watchLease ${watchLease}`);
+    stop.abort();
+    assertEquals(await run, "stopped");
+  }
+});
+
+Deno.test("leader issue 27: a standby whose watch fails still tries every retry period", async () => {
+  for (const code of [500, 403]) {
+    const api = new FakeLeaseApi();
+    const clock = new FakeClock();
+    const errors: unknown[] = [];
+    const a = elector(api, "a", clock);
+    assert(await a.tryAcquireOrRenew());
+    api.watchFailsWith = new ApiError(code, { reason: "Failed", message: `watch failed ${code}` });
+    const b = elector(api, "b", clock, { retryPeriodMs: 2_400, onError: (e) => errors.push(e) });
+    const stop = new AbortController();
+    const run = b.run(stop.signal);
+    await flush();
+    api.calls = [];
+    // a keeps renewing; b polls every retry period. A failed watch is reopened a retry period
+    // later; one that was refused (403: the verb not granted) is not reopened at all.
+    for (let i = 0; i < 10 * 24; i++) {
+      clock.advance(100);
+      await flush();
+      if (i % 10 === 9) assert(await a.tryAcquireOrRenew());
+    }
+    const count = (verb: string) => api.calls.filter((c) => c === verb).length;
+    assertEquals(count("get"), 10, `code ${code}`);
+    assertEquals(count("watch"), code === 403 ? 0 : 10, `code ${code}`);
+    assert(
+      errors.some((e) => e instanceof ApiError && e.code === code),
+      "the failure was not told",
+    );
+    // Released: b takes it at its next retry at the latest.
+    assert(await a.release());
+    for (let i = 0; i < 24 && !b.isLeader; i++) {
+      clock.advance(100);
+      await flush();
+    }
+    assert(b.isLeader, `code ${code}`);
+    stop.abort();
+    assertEquals(await run, "stopped");
+  }
 });
