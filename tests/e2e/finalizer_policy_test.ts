@@ -106,8 +106,11 @@ for (const withPolicy of [true, false]) {
       op = await startOperator();
       await op.waitReady();
 
-      await t.step("start-up says whether the policy is in force (one line)", () => {
-        const lines = op!.logs().filter((l) => l.message === "Finalizer admission policy");
+      await t.step("start-up says whether the policy is in force (one line)", async () => {
+        const of = () => op!.logs().filter((l) => l.message === "Finalizer admission policy");
+        // Logged beside the informers' start: it may come just after /readyz.
+        await waitFor("the start-up line on the policy", () => of().length > 0, 20_000);
+        const lines = of();
         assertEquals(lines.length, 1, JSON.stringify(lines));
         const p = lines[0].properties as Record<string, unknown>;
         assertEquals(p.policy, FINALIZER_POLICY_NAME);
