@@ -96,19 +96,26 @@ export async function applyFinalizerPolicy(
   const deadline = Date.now() + (o.timeoutMs ?? 30_000);
   let last = "";
   for (let i = 0; i < 1_000; i++) {
+    // Right after the CRD is served for reads, a create can still answer 503 ("There can be a
+    // delay between when CustomResourceDefinitions are created and when they are available").
     const got = await c.create<KubeObject>(APPSERVICES, {
       apiVersion: APPSERVICES.apiVersion,
       kind: APPSERVICES.kind,
       metadata: { name: "finalizer-policy-probe", namespace: o.probeNamespace },
       spec: { image: "registry.local/probe:1", replicas: 0 },
-    } as KubeObject, { namespace: o.probeNamespace, dryRun: true, fieldManager: o.fieldManager });
+    } as KubeObject, { namespace: o.probeNamespace, dryRun: true, fieldManager: o.fieldManager })
+      .catch((err) => {
+        const code = (err as { code?: number }).code;
+        if (code !== 503 && code !== 404) throw err;
+        return { metadata: {}, error: (err as Error).message } as KubeObject & { error: string };
+      });
     if (got.metadata?.finalizers?.includes(FINALIZER)) return;
-    last = JSON.stringify(got.metadata?.finalizers ?? []);
+    last = (got as { error?: string }).error ?? JSON.stringify(got.metadata?.finalizers ?? []);
     if (Date.now() > deadline) break;
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(
     `finalizer policy not in force in ${o.probeNamespace} after ${o.timeoutMs ?? 30_000} ms ` +
-      `(a dry-run create's finalizers: ${last})`,
+      `(the last dry-run create's finalizers or error: ${last})`,
   );
 }
