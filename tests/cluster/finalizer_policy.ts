@@ -102,7 +102,7 @@ export async function applyFinalizerPolicy(
       apiVersion: APPSERVICES.apiVersion,
       kind: APPSERVICES.kind,
       metadata: { name: "finalizer-policy-probe", namespace: o.probeNamespace },
-      spec: { image: "registry.local/probe:1", replicas: 0 },
+      spec: { image: "registry.local/probe:1", replicas: 1 },
     } as KubeObject, { namespace: o.probeNamespace, dryRun: true, fieldManager: o.fieldManager })
       .catch((err) => {
         const code = (err as { code?: number }).code;
