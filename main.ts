@@ -15,6 +15,7 @@ import { describeProxy } from "./lib/kube/proxy.ts";
 import { Manager, type ManagerOptions } from "./lib/runtime/manager.ts";
 import { ListenError } from "./lib/runtime/health.ts";
 import { addAppServiceController } from "./lib/appservice/controller.ts";
+import { logFinalizerPolicy } from "./lib/appservice/policy.ts";
 import { Metrics } from "./lib/runtime/metrics.ts";
 import { leaderElectionClient, reviewClient } from "./lib/runtime/clients.ts";
 import { errorText, log, type Logger, setupLogging } from "./lib/runtime/log.ts";
@@ -280,6 +281,17 @@ async function main(): Promise<number> {
   }
   const gate = connected(clients.client, logger);
   const stop = stopOnSignals(logger);
+  // One line on whether the apiserver adds the finalizer at create (deploy/finalizer_policy.yaml);
+  // after the start gate, beside the informers' start, and never a reason to stop.
+  gate.then(
+    () =>
+      logFinalizerPolicy(
+        clients.client,
+        logger,
+        AbortSignal.any([stop, AbortSignal.timeout(15_000)]),
+      ),
+    () => {},
+  ).catch(() => {});
   const manager = new Manager(managerOptions(v, clients, metrics, gate));
   addAppServiceController(manager);
   const debugStop = new AbortController();

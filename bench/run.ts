@@ -229,6 +229,12 @@ function runNotes(results: BenchResults): string[] {
     "operator's own.",
     "Failover: 3 replicas, Lease 15 s / renew deadline 10 s / retry 2 s for both; the peer " +
     "sets LeaderElectionReleaseOnCancel like ours releases on shutdown.",
+    results.converge.some((c) => c.finalizerPolicy)
+      ? "Finalizer: deploy/finalizer_policy.yaml (the apiserver adds the finalizer at create) " +
+        "was bound to ours' converge namespaces only; the peer ran as a kubebuilder operator " +
+        "does, without it, and adds the finalizer with a patch."
+      : "Finalizer: both operators ran without deploy/finalizer_policy.yaml " +
+        "(--no-finalizer-policy, or results from before it): each adds it with a patch.",
   ];
 }
 

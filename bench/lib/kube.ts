@@ -14,6 +14,7 @@ import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/sc
 import { Reflector } from "../../lib/runtime/reflector.ts";
 import { Store } from "../../lib/runtime/store.ts";
 import { REPO } from "../../tests/cluster/host.ts";
+import { applyFinalizerPolicy } from "../../tests/cluster/finalizer_policy.ts";
 
 /** AppServices as a ResourceType for the client. */
 export const AS_RESOURCE = APPSERVICES as unknown as Parameters<KubeClient["get"]>[0];
@@ -80,10 +81,38 @@ export async function installCrd(c: KubeClient): Promise<void> {
   }, 60_000);
 }
 
-/** Creates a namespace (fine if it exists). */
-export async function createNamespace(c: KubeClient, name: string): Promise<void> {
+/**
+ * Label of the namespaces deploy/finalizer_policy.yaml is bound to in the benchmark: ours' converge
+ * namespaces only (the peer runs as a kubebuilder operator does, without the policy).
+ */
+export const POLICY_NAMESPACE_LABEL = "bench.our-org.com/finalizer-policy";
+
+/**
+ * Applies deploy/finalizer_policy.yaml as deploy/ does, its binding limited to namespaces labelled
+ * {@link POLICY_NAMESPACE_LABEL}`=on`, and waits until it is in force in `probeNamespace` (one of
+ * them). Idempotent (server-side apply).
+ * @throws Error when the policy is not in force within 30 s
+ */
+export async function installFinalizerPolicy(c: KubeClient, probeNamespace: string): Promise<void> {
+  await applyFinalizerPolicy(c, {
+    fieldManager: "appservice-bench",
+    namespaceSelector: { matchLabels: { [POLICY_NAMESPACE_LABEL]: "on" } },
+    probeNamespace,
+  });
+}
+
+/** Creates a namespace with `labels` (fine if it exists). */
+export async function createNamespace(
+  c: KubeClient,
+  name: string,
+  labels?: Record<string, string>,
+): Promise<void> {
   try {
-    await c.create(NAMESPACES, { apiVersion: "v1", kind: "Namespace", metadata: { name } });
+    await c.create(NAMESPACES, {
+      apiVersion: "v1",
+      kind: "Namespace",
+      metadata: { name, labels },
+    });
   } catch (err) {
     if (!isAlreadyExists(err)) throw err;
   }

@@ -39,6 +39,11 @@ export interface BenchOptions {
   keepCluster: boolean;
   resultsDir: string;
   markdown: boolean;
+  /**
+   * Whether ours' converge namespaces are bound to deploy/finalizer_policy.yaml (the apiserver
+   * adds the finalizer at create); the peer's never are. `--no-finalizer-policy` turns it off.
+   */
+  finalizerPolicy: boolean;
   /** Re-render BENCHMARKS.md and the plots from this results JSON instead of running. */
   fromJson?: string;
 }
@@ -68,6 +73,8 @@ export const USAGE = `usage: deno task bench [flags]
   --reuse-cluster                use the cluster already running in --cluster-dir
   --keep-cluster                 leave the cluster running at the end
   --results DIR                  default bench/results
+  --no-finalizer-policy          run ours without deploy/finalizer_policy.yaml (by default
+                                 it is bound to ours' converge namespaces, never the peer's)
   --no-markdown                  do not rewrite BENCHMARKS.md
   --from-json FILE               only re-render BENCHMARKS.md and the plots from a results JSON`;
 /** Parses argv. @throws Error for malformed flags. */
@@ -92,6 +99,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
       "keep-cluster": { type: "boolean", default: false },
       results: { type: "string", default: join(REPO, "bench", "results") },
       "no-markdown": { type: "boolean", default: false },
+      "no-finalizer-policy": { type: "boolean", default: false },
       "from-json": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -136,6 +144,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
     keepCluster: values["keep-cluster"],
     resultsDir: values.results,
     markdown: !values["no-markdown"],
+    finalizerPolicy: !values["no-finalizer-policy"],
     fromJson: values["from-json"],
   };
 }

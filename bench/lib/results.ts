@@ -19,6 +19,8 @@ export interface ConvergeResult {
   ok: boolean;
   error?: string;
   loadAverageAtStart: number[];
+  /** Whether deploy/finalizer_policy.yaml was bound to the run's namespace (ours only). */
+  finalizerPolicy?: boolean;
   /** ms from spawn to /readyz with nothing to cache. */
   startupEmptyMs?: number;
   convergeSeconds?: number;

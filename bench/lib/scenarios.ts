@@ -25,6 +25,8 @@ import {
   createAppServices,
   createNamespace,
   dropNamespace,
+  installFinalizerPolicy,
+  POLICY_NAMESPACE_LABEL,
   ReadyTracker,
   sleep,
   waitUntil,
@@ -114,7 +116,11 @@ export async function convergeRun(
   };
   const agent = AGENT_PREFIX[kind];
   const logDir = join(o.resultsDir, "logs");
-  await createNamespace(admin, ns);
+  // deploy/finalizer_policy.yaml for ours only (BENCHMARKS.md): its binding selects this label.
+  const policy = kind === "ours" && o.finalizerPolicy;
+  await createNamespace(admin, ns, policy ? { [POLICY_NAMESPACE_LABEL]: "on" } : undefined);
+  if (policy) await installFinalizerPolicy(admin, ns);
+  res.finalizerPolicy = policy;
   const tracker = new ReadyTracker(admin, ns);
   let op: OperatorProcess | undefined;
   try {

@@ -21,6 +21,11 @@ import {
 } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
 import { type ClusterInfo, readClusterInfo } from "../cluster/cluster.ts";
+import {
+  applyFinalizerPolicy,
+  WITHOUT_POLICY_LABEL,
+  WITHOUT_POLICY_VALUE,
+} from "../cluster/finalizer_policy.ts";
 import { freePort, REPO, startPermissionFlags, stopChild } from "../cluster/host.ts";
 import { AssertionError, isAssertionError } from "../assert.ts";
 
@@ -88,7 +93,12 @@ export async function waitFor<T>(
   );
 }
 
-/** Applies crd/appservice.yaml (server-side apply) and waits until it is Established. */
+/**
+ * Applies crd/appservice.yaml (server-side apply) and waits until it is Established; then
+ * deploy/finalizer_policy.yaml as deploy/ installs it (tests/cluster/finalizer_policy.ts), its
+ * binding leaving out namespaces made with `newNamespace(prefix, { finalizerPolicy: false })`,
+ * and waits until the policy is in force.
+ */
 export async function installCrd(): Promise<void> {
   const c = await admin();
   const crd = parseYaml(await Deno.readTextFile(`${REPO}/crd/appservice.yaml`)) as KubeObject;
@@ -111,13 +121,34 @@ export async function installCrd(): Promise<void> {
     await c.list(APPSERVICES as never, { namespace: "default", limit: 1 });
     return true;
   }, 30_000);
+  await applyFinalizerPolicy(c, {
+    fieldManager: "appservice-e2e",
+    namespaceSelector: {
+      matchExpressions: [{
+        key: WITHOUT_POLICY_LABEL,
+        operator: "NotIn",
+        values: [WITHOUT_POLICY_VALUE],
+      }],
+    },
+    probeNamespace: "default",
+  });
 }
 
-/** Creates a fresh namespace `e2e-<prefix>-<random>`; returns its name. */
-export async function newNamespace(prefix: string): Promise<string> {
+/**
+ * Creates a fresh namespace `e2e-<prefix>-<random>`; returns its name. With
+ * `finalizerPolicy: false` it carries the label that leaves it out of the finalizer policy's
+ * binding (see {@link installCrd}): AppServices there are created without the finalizer.
+ */
+export async function newNamespace(
+  prefix: string,
+  o: { finalizerPolicy?: boolean } = {},
+): Promise<string> {
   const c = await admin();
   const name = `e2e-${prefix}-${crypto.randomUUID().slice(0, 6)}`;
-  await c.create(NAMESPACES, { apiVersion: "v1", kind: "Namespace", metadata: { name } });
+  const labels = o.finalizerPolicy === false
+    ? { [WITHOUT_POLICY_LABEL]: WITHOUT_POLICY_VALUE }
+    : undefined;
+  await c.create(NAMESPACES, { apiVersion: "v1", kind: "Namespace", metadata: { name, labels } });
   return name;
 }
 
