@@ -161,6 +161,32 @@ async function mainScenario(c: KubeClient, ns: string): Promise<void> {
 }
 
 /**
+ * A step: one scrape of the operator's secure /metrics on `metricsPort` by the ServiceAccount
+ * `scraper` of `ns` (bound to the metrics-reader ClusterRole) answers 200; the operator made a
+ * TokenReview and a SubjectAccessReview for it.
+ */
+async function scrapeStep(
+  t: Deno.TestContext,
+  c: KubeClient,
+  ns: string,
+  metricsPort: number,
+): Promise<void> {
+  const tls = Deno.createHttpClient({ caCerts: [await servedCertificate(metricsPort)] });
+  try {
+    await t.step("a scrape of the secure /metrics by a metrics-reader: 200", async () => {
+      const r = await scrape(
+        `https://127.0.0.1:${metricsPort}/metrics`,
+        tls,
+        await mintToken(c, ns, "scraper", 3600),
+      );
+      assertEquals(r.status, 200);
+    });
+  } finally {
+    tls.close();
+  }
+}
+
+/**
  * Two steps over the operator's audit `events`: none was forbidden by authorization, and every
  * verb the rules of `objects` (Roles and ClusterRoles) grant was used.
  */
@@ -244,18 +270,9 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
     "--leader-elect",
     "--metrics-secure",
   ]);
-  let tls: Deno.HttpClient | undefined;
   try {
     await op.waitReady();
-    tls = Deno.createHttpClient({ caCerts: [await servedCertificate(op.metricsPort)] });
-    await t.step("a scrape of the secure /metrics by a metrics-reader: 200", async () => {
-      const r = await scrape(
-        `https://127.0.0.1:${op.metricsPort}/metrics`,
-        tls!,
-        await mintToken(c, ns, "scraper", 3600),
-      );
-      assertEquals(r.status, 200);
-    });
+    await scrapeStep(t, c, ns, op.metricsPort);
     await t.step(
       "main scenario as the ServiceAccount: create, crash loop, scale, update, delete",
       async () => {
@@ -265,7 +282,6 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
     const logged = op.logs().find((l) => l.message === "Connected");
     assertEquals((logged?.properties as Record<string, unknown>)?.user, SA_USER);
   } finally {
-    tls?.close();
     await unbind();
     assertEquals(await op.stop(), 0);
     await dropNamespace(ns);
@@ -315,19 +331,10 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
     "--leader-elect", // the Lease in the context's namespace, the release namespace
     "--metrics-secure",
   ]);
-  let tls: Deno.HttpClient | undefined;
   const probe = new KubeClient(loadClusterConfig({ kubeconfig }), { userAgent: PROBE_AGENT });
   try {
     await op.waitReady();
-    tls = Deno.createHttpClient({ caCerts: [await servedCertificate(op.metricsPort)] });
-    await t.step("a scrape of the secure /metrics by a metrics-reader: 200", async () => {
-      const r = await scrape(
-        `https://127.0.0.1:${op.metricsPort}/metrics`,
-        tls!,
-        await mintToken(c, ns, "scraper", 3600),
-      );
-      assertEquals(r.status, 200);
-    });
+    await scrapeStep(t, c, ns, op.metricsPort);
     await t.step("main scenario in the watched namespace", async () => {
       await mainScenario(c, ns);
     });
@@ -355,7 +362,6 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
     });
   } finally {
     probe.close();
-    tls?.close();
     await unbind();
     assertEquals(await op.stop(), 0);
     await runOk(kubectl, ["delete", "--ignore-not-found", "--wait=false", "-f", "-"], manifest);
