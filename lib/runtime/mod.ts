@@ -35,6 +35,7 @@ export {
   type ErrorDecision,
   type ErrorPolicy,
   type Informer,
+  type InformerReflector,
   type MappedWatch,
   type OwnedWatch,
   Reconcile,
@@ -58,7 +59,7 @@ export {
   isControlledBy,
   type OwnerIdentity,
 } from "./ownership.ts";
-export { ListenError, type ServerName } from "./health.ts";
+export { type InformerStatus, ListenError, type ServerName } from "./health.ts";
 export { type FenceStamp, type LeadershipState, LeaseFence, type Term } from "./leader.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {

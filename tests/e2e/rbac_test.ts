@@ -8,13 +8,14 @@
  * (patch on events: the Event series count; create on tokenreviews and subjectaccessreviews: the
  * scrape).
  *
- * Namespace-scoped (the chart with `watchNamespaces`): the chart's ServiceAccount, Role and
- * RoleBinding in the watched namespace, the Lease Role in the release namespace and the ClusterRole
- * with only TokenReview and SubjectAccessReview; the operator with `--watch-namespace` runs the
- * same scenario there. From the audit log: nothing forbidden, every granted verb used, no request
- * outside the watched and the release namespace but the cluster-scoped reviews; an AppService in
- * another namespace is never touched, and a Pod create there with the operator's token is refused
- * (403, decision forbid) while the same create (dry run) inside is allowed.
+ * Namespace-scoped (the chart with `watchNamespaces`, two namespaces): the chart's ServiceAccount,
+ * a Role and RoleBinding in each watched namespace, the Lease Role in the release namespace and the
+ * ClusterRole with only TokenReview and SubjectAccessReview; the operator with `--watch-namespace`
+ * runs the same scenario in both at once. From the audit log: nothing forbidden, every granted
+ * verb used (a Role's in its own namespace), no request outside the watched and the release
+ * namespaces but the cluster-scoped reviews; an AppService in another namespace is never touched,
+ * and a Pod create there with the operator's token is refused (403, decision forbid) while the
+ * same create (dry run) inside is allowed.
  */
 import { assert, assertEquals } from "../assert.ts";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
@@ -211,15 +212,17 @@ async function checkVerbs(
       const r = e.objectRef ?? {};
       const res = r.subresource ? `${r.resource}/${r.subresource}` : r.resource;
       used.add(`${r.apiGroup ?? ""}|${res}|${e.verb}`);
+      // A Role's verbs must be used in its own namespace.
+      if (r.namespace) used.add(`${r.namespace}@${r.apiGroup ?? ""}|${res}|${e.verb}`);
       // A WatchList (a watch with sendInitialEvents=true) does what a list did, and the
       // reflector falls back to a list where the apiserver does not support it.
-      if (e.verb === "watch" && e.requestURI?.includes("sendInitialEvents=true")) {
-        used.add(`${r.apiGroup ?? ""}|${res}|list`);
-      }
+      const also = (verb: string) => {
+        used.add(`${r.apiGroup ?? ""}|${res}|${verb}`);
+        if (r.namespace) used.add(`${r.namespace}@${r.apiGroup ?? ""}|${res}|${verb}`);
+      };
+      if (e.verb === "watch" && e.requestURI?.includes("sendInitialEvents=true")) also("list");
       // A server-side apply that creates the object is authorized as create too (201).
-      if (e.verb === "patch" && e.responseStatus?.code === 201) {
-        used.add(`${r.apiGroup ?? ""}|${res}|create`);
-      }
+      if (e.verb === "patch" && e.responseStatus?.code === 201) also("create");
     }
     const unused: string[] = [];
     for (const o of objects) {
@@ -227,7 +230,8 @@ async function checkVerbs(
         for (const g of rule.apiGroups) {
           for (const r of rule.resources) {
             for (const v of rule.verbs) {
-              if (!used.has(`${g}|${r}|${v}`)) {
+              const scope = o.kind === "Role" ? `${o.metadata?.namespace}@` : "";
+              if (!used.has(`${scope}${g}|${r}|${v}`)) {
                 unused.push(`${o.kind}/${o.metadata?.name}: ${g || "core"} ${r} ${v}`);
               }
             }
@@ -300,14 +304,15 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
   const c = await admin();
   const info = await cluster();
   const release = await newNamespace("rbacrel"); // the operator's own namespace (its Lease)
-  const ns = await newNamespace("rbacns"); // the one watched namespace
+  const ns = await newNamespace("rbacns"); // the two watched namespaces
+  const ns2 = await newNamespace("rbacns2");
   const outside = await newNamespace("rbacout"); // one it must leave alone
   const name = `e2e-${ns}`; // fullnameOverride: cluster-scoped names of its own
   const user = `system:serviceaccount:${release}:${name}`;
   // The chart's ServiceAccount and RBAC only: the Lease-holder policy is no part of this (and its
   // binding must not be deleted and re-created: docs/security.md).
   const rendered = await helmTemplate([
-    `watchNamespaces={${ns}}`,
+    `watchNamespaces={${ns},${ns2}}`,
     `fullnameOverride=${name}`,
   ], release);
   const objects = parseObjects(rendered).filter((o) =>
@@ -327,7 +332,7 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
   await c.create(AS, appService(outside, "out", { image: "nginx:1.27" }));
   const op = await startOperator([
     `--kubeconfig=${kubeconfig}`,
-    `--watch-namespace=${ns}`,
+    `--watch-namespace=${ns},${ns2}`,
     "--leader-elect", // the Lease in the context's namespace, the release namespace
     "--metrics-secure",
   ]);
@@ -335,8 +340,8 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
   try {
     await op.waitReady();
     await scrapeStep(t, c, ns, op.metricsPort);
-    await t.step("main scenario in the watched namespace", async () => {
-      await mainScenario(c, ns);
+    await t.step("main scenario in both watched namespaces at once", async () => {
+      await Promise.all([mainScenario(c, ns), mainScenario(c, ns2)]);
     });
     await t.step("the AppService outside the watched namespace was never touched", async () => {
       // mainScenario saw its own AppService through every step: the operator was working.
@@ -365,7 +370,7 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
     await unbind();
     assertEquals(await op.stop(), 0);
     await runOk(kubectl, ["delete", "--ignore-not-found", "--wait=false", "-f", "-"], manifest);
-    for (const n of [ns, outside, release]) await dropNamespace(n);
+    for (const n of [ns, ns2, outside, release]) await dropNamespace(n);
     await Deno.remove(dir, { recursive: true });
   }
 
@@ -379,14 +384,16 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
     );
     assertEquals(refused.length, 1, describe(all.filter((e) => e.userAgent === PROBE_AGENT)));
   });
-  await t.step("the operator asked for nothing outside its two namespaces", () => {
+  await t.step("the operator asked for nothing outside its namespaces", () => {
     const elsewhere = events.filter((e) =>
-      !(e.objectRef?.namespace && [ns, release].includes(e.objectRef.namespace)) &&
+      !(e.objectRef?.namespace && [ns, ns2, release].includes(e.objectRef.namespace)) &&
       !CLUSTER_SCOPED_ASKS.has(e.objectRef?.resource ?? "")
     );
     assertEquals(elsewhere, [], `requests elsewhere:\n${describe(elsewhere)}`);
-    // Positive control: it did work in the watched namespace.
-    assert(events.some((e) => e.objectRef?.namespace === ns && e.verb === "create"));
+    // Positive control: it did work in the watched namespaces.
+    for (const n of [ns, ns2]) {
+      assert(events.some((e) => e.objectRef?.namespace === n && e.verb === "create"), n);
+    }
   });
   await checkVerbs(t, events, objects);
 });
