@@ -153,6 +153,21 @@ export async function podBoundToken(
       }],
     },
   } as KubeObject);
+  return await tokenBoundToPod(namespace, sa, pod);
+}
+
+/**
+ * A token of ServiceAccount `namespace/sa` bound to `pod` (TokenRequest with `boundObjectRef`
+ * kind Pod, an hour): valid while that Pod exists, and the apiserver puts the Pod's name in
+ * `userInfo.extra` of every request made with it.
+ * @throws Error when the apiserver returns no token
+ */
+export async function tokenBoundToPod(
+  namespace: string,
+  sa: string,
+  pod: KubeObject,
+): Promise<string> {
+  const c = await admin();
   const tr = await c.create<KubeObject & { status?: { token?: string } }>(
     rt("v1", "TokenRequest", `serviceaccounts/${sa}/token`, true),
     {
@@ -160,13 +175,20 @@ export async function podBoundToken(
       kind: "TokenRequest",
       spec: {
         expirationSeconds: 3600,
-        boundObjectRef: { apiVersion: "v1", kind: "Pod", name: podName, uid: pod.metadata!.uid },
+        boundObjectRef: {
+          apiVersion: "v1",
+          kind: "Pod",
+          name: pod.metadata!.name,
+          uid: pod.metadata!.uid,
+        },
       },
     } as KubeObject,
     { namespace },
   );
   const token = tr.status?.token;
-  if (!token) throw new Error(`no token minted for ${namespace}/${sa} bound to ${podName}`);
+  if (!token) {
+    throw new Error(`no token minted for ${namespace}/${sa} bound to ${pod.metadata?.name}`);
+  }
   return token;
 }
 
