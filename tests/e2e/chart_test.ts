@@ -107,6 +107,16 @@ Deno.test("Helm chart: renders deploy/, lints clean, namespace-scoped RBAC, serv
       );
       assertEquals(elsewhere.map(objectKey), []);
       assert(operatorArgs(objects).includes("--watch-namespace=apps"));
+      // The Lease's namespace: the Lease, and the dry-run Event create that probes the policy.
+      const lease = objects.find((o) =>
+        o.kind === "Role" && o.metadata?.namespace === OPERATOR_NAMESPACE
+      ) as Rbac;
+      assertEquals(triples(lease.rules!), [
+        "coordination.k8s.io|leases|create",
+        "coordination.k8s.io|leases|get",
+        "coordination.k8s.io|leases|update",
+        "events.k8s.io|events|create",
+      ]);
     },
   );
 
