@@ -8,8 +8,8 @@
  * Running and Ready, but nothing runs in them), so the operator runs as a local process with the
  * release's identity: a token of the chart's ServiceAccount bound to one of the Deployment's Pods,
  * APPSERVICE_POD_NAME that Pod's name, so the chart's Lease-holder policy judges it as that
- * replica. After the upgrade the old Pods are gone (their bound tokens with them), so the process
- * is restarted as a replica of the new ReplicaSet; whether two replicas ever hold the Lease at
+ * replica. The upgrade deletes the old Pods (their bound tokens with them), so the process is
+ * stopped before it (releasing the Lease) and started again as a replica of the new ReplicaSet; whether two replicas ever hold the Lease at
  * once during a real rollout is leader_test's and fencing_test's subject, not this one's.
  *
  * The release gets names of its own (`fullnameOverride`) and a fresh namespace, and takes over the
@@ -136,6 +136,10 @@ Deno.test("Helm install: install, an AppService Ready, upgrade rolls the operato
 
     await t.step("helm upgrade with a changed value rolls the Deployment", async () => {
       const before = await rolledOut(release, name);
+      // The rollout deletes the Pod the local replica's token is bound to (the token dies with
+      // it), as it would end the process in that Pod: stop it first, it releases the Lease.
+      assertEquals(await op!.stop(), 0);
+      op = undefined;
       await runOk(helm, [
         "upgrade",
         "e2e",
@@ -150,8 +154,7 @@ Deno.test("Helm install: install, an AppService Ready, upgrade rolls the operato
       const after = await rolledOut(release, name);
       assert(after.metadata!.generation! > before.metadata!.generation!, "not rolled");
       assert(after.spec?.template?.spec?.containers?.[0].args?.includes("--log-level=debug"));
-      // The replica restarted as one of the new Pods keeps serving: a scale is applied.
-      assertEquals(await op!.stop(), 0);
+      // A replica of the new ReplicaSet takes the Lease and serves: a scale is applied.
       op = await startAsReplica(release, name, dir);
       await c.patch(AS, "web", { spec: { replicas: 3 } }, { namespace: apps });
       await ready(apps, "web", 3);
