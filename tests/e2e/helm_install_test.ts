@@ -9,8 +9,9 @@
  * release's identity: a token of the chart's ServiceAccount bound to one of the Deployment's Pods,
  * APPSERVICE_POD_NAME that Pod's name, so the chart's Lease-holder policy judges it as that
  * replica. The upgrade deletes the old Pods (their bound tokens with them), so the process is
- * stopped before it (releasing the Lease) and started again as a replica of the new ReplicaSet; whether two replicas ever hold the Lease at
- * once during a real rollout is leader_test's and fencing_test's subject, not this one's.
+ * stopped before it (releasing the Lease) and started again as a replica of the new ReplicaSet;
+ * whether two replicas ever hold the Lease at once during a real rollout is leader_test's and
+ * fencing_test's subject, not this one's.
  *
  * The release gets names of its own (`fullnameOverride`) and a fresh namespace, and takes over the
  * shared CRD (`--take-ownership`; kept on uninstall), so it meets no other test's objects; the
