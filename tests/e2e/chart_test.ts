@@ -70,10 +70,22 @@ Deno.test("Helm chart: renders deploy/, lints clean, namespace-scoped RBAC, serv
     assertEquals(got.get(objectKey(ns)), byKey([ns]).get(objectKey(ns)));
   });
 
-  await t.step("helm lint --strict is clean (cluster-wide and namespace-scoped)", async () => {
+  await t.step("helm lint --strict is clean (both modes, the optional objects)", async () => {
     const helm = await helmBinary();
     await runOk(helm, ["lint", "--strict", CHART]);
     await runOk(helm, ["lint", "--strict", CHART, "--set", "watchNamespaces={apps}"]);
+    // The optional objects, plain HTTP metrics and one replica (no PodDisruptionBudget then).
+    const optional = "serviceMonitor.enabled=true,prometheusRule.enabled=true";
+    await runOk(helm, [
+      "lint",
+      "--strict",
+      CHART,
+      "--set",
+      `${optional},metrics.secure=false,replicas=1`,
+    ]);
+    const kinds = parseObjects(await helmTemplate([optional, "replicas=1"])).map((o) => o.kind);
+    assert(kinds.includes("ServiceMonitor") && kinds.includes("PrometheusRule"), `${kinds}`);
+    assert(!kinds.includes("PodDisruptionBudget"), "a PodDisruptionBudget for one replica");
   });
 
   await t.step(
