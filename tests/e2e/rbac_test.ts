@@ -374,15 +374,19 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
     await Deno.remove(dir, { recursive: true });
   }
 
-  const all = (await auditEvents(since)).filter((e) => e.user?.username === user);
-  const events = all.filter((e) => e.userAgent !== PROBE_AGENT);
-  await t.step("the probe's create outside was refused by RBAC (audit log)", () => {
-    const refused = all.filter((e) =>
-      e.userAgent === PROBE_AGENT && e.objectRef?.namespace === outside &&
-      e.responseStatus?.code === 403 &&
-      e.annotations?.["authorization.k8s.io/decision"] === "forbid"
-    );
-    assertEquals(refused.length, 1, describe(all.filter((e) => e.userAgent === PROBE_AGENT)));
+  // The operator's requests (its user agent), and the test's own with its token.
+  const events = (await auditEvents(since)).filter((e) => e.user?.username === user);
+  const probes = (await auditEvents(since, PROBE_AGENT)).filter((e) => e.user?.username === user);
+  await t.step("the probe's create: refused outside by RBAC, allowed inside (audit log)", () => {
+    const decided = (namespace: string, decision: string) =>
+      probes.filter((e) =>
+        e.verb === "create" && e.objectRef?.resource === "pods" &&
+        e.objectRef.namespace === namespace &&
+        e.annotations?.["authorization.k8s.io/decision"] === decision
+      );
+    const refused = decided(outside, "forbid");
+    assertEquals(refused.map((e) => e.responseStatus?.code), [403], describe(probes));
+    assertEquals(decided(ns, "allow").length, 1, describe(probes));
   });
   await t.step("the operator asked for nothing outside its namespaces", () => {
     // Non-resource requests (no objectRef, e.g. /version) are in no namespace; RBAC judged them
