@@ -1,6 +1,6 @@
 /**
  * The chart installed with the pinned `helm` on the local control plane (issue 28): `helm install`
- * (cluster-wide), an AppService becomes Ready, `helm upgrade` with a changed value rolls the
+ * (cluster-wide, and namespace-scoped with `watchNamespaces`), an AppService becomes Ready, `helm upgrade` with a changed value rolls the
  * Deployment, and — AppServices deleted first, as docs/operations.md's Uninstall says —
  * `helm uninstall` leaves nothing of the release but the CRD it keeps.
  *
@@ -56,13 +56,22 @@ async function rolledOut(ns: string, name: string): Promise<Deployment> {
   }, 120_000);
 }
 
+/** Flags of the Deployment the harness sets itself (its own free loopback ports). */
+const HARNESS_FLAGS = /^--(metrics-bind-address|health-probe-bind-address)=/;
+
 /**
  * The operator as a replica of the release: a token of ServiceAccount `ns/sa` bound to one of the
- * live Pods of the Deployment (TokenRequest, boundObjectRef), `--leader-elect` (the Lease in `ns`).
+ * live Pods of the Deployment (TokenRequest, boundObjectRef), run with the Deployment's own args
+ * (`--leader-elect`, `--watch-namespace`, `--log-level`, ...; the Lease in `ns`) but for the bind
+ * addresses, which are the harness's.
  */
 async function startAsReplica(ns: string, sa: string, dir: string): Promise<Operator> {
   const c = await admin();
   const info = await cluster();
+  const d = await c.get<Deployment>(DEPLOYMENTS, sa, { namespace: ns });
+  const args = (d.spec?.template?.spec?.containers?.[0].args ?? []).filter((a) =>
+    !HARNESS_FLAGS.test(a)
+  );
   const pods = await c.list<KubeObject>(PODS, {
     namespace: ns,
     labelSelector: "app.kubernetes.io/name=appservice-operator",
@@ -72,7 +81,7 @@ async function startAsReplica(ns: string, sa: string, dir: string): Promise<Oper
   const token = await tokenBoundToPod(ns, sa, pod);
   const kubeconfig = `${dir}/kubeconfig-${pod.metadata!.name}`;
   await writeTokenKubeconfig(kubeconfig, info.server, info.caCertFile, token, ns);
-  const op = await startOperator([`--kubeconfig=${kubeconfig}`, "--leader-elect"], {
+  const op = await startOperator([`--kubeconfig=${kubeconfig}`, ...args], {
     APPSERVICE_POD_NAME: pod.metadata!.name!,
   });
   await op.waitReady();
@@ -87,7 +96,12 @@ const ready = (ns: string, name: string, replicas: number) =>
       a.status.observedGeneration === a.metadata.generation;
   }, 60_000);
 
-Deno.test("Helm install: install, an AppService Ready, upgrade rolls the operator, uninstall leaves only the CRD", async (t) => {
+/**
+ * The release's life: install, an AppService Ready in `apps`, upgrade, uninstall. `scoped`: the
+ * chart's namespace-scoped mode, watching `apps` only, and an AppService in another namespace
+ * stays untouched throughout.
+ */
+async function lifecycle(t: Deno.TestContext, scoped: boolean): Promise<void> {
   await installCrd();
   await ensureKeeper();
   const c = await admin();
@@ -97,7 +111,12 @@ Deno.test("Helm install: install, an AppService Ready, upgrade rolls the operato
   const apps = await newNamespace("helmapps");
   const name = `e2e-${release}`;
   const dir = await Deno.makeTempDir({ prefix: "helm-" });
-  const common = ["--namespace", release, "--set", `fullnameOverride=${name}`];
+  const outside = scoped ? await newNamespace("helmout") : undefined;
+  const common = [
+    ...["--namespace", release, "--set", `fullnameOverride=${name}`],
+    ...(scoped ? ["--set", `watchNamespaces={${apps}}`] : []),
+  ];
+  if (outside) await c.create(AS, appService(outside, "out", { image: "nginx:1.27" }));
   let op: Operator | undefined;
   let installed = false;
   try {
@@ -161,6 +180,14 @@ Deno.test("Helm install: install, an AppService Ready, upgrade rolls the operato
       await ready(apps, "web", 3);
     });
 
+    if (outside) {
+      await t.step("the AppService outside the watched namespace was never touched", async () => {
+        // web went Ready and was scaled meanwhile: the operator was working.
+        const out = await getAs(outside, "out");
+        assertEquals(out.status, undefined);
+        assertEquals(out.metadata.finalizers, undefined);
+      });
+    }
     await t.step("AppServices first, then helm uninstall: only the kept CRD is left", async () => {
       const manifest = await runOk(helm, ["get", "manifest", "e2e", "-n", release]);
       const objects = parseObjects(manifest);
@@ -194,6 +221,15 @@ Deno.test("Helm install: install, an AppService Ready, upgrade rolls the operato
     }
     await dropNamespace(apps);
     await dropNamespace(release);
+    if (outside) await dropNamespace(outside);
     await Deno.remove(dir, { recursive: true });
   }
+}
+
+Deno.test("Helm install: install, an AppService Ready, upgrade rolls the operator, uninstall leaves only the CRD", async (t) => {
+  await lifecycle(t, false);
+});
+
+Deno.test("Helm install namespace-scoped: the same life watching one namespace; another untouched", async (t) => {
+  await lifecycle(t, true);
 });
