@@ -93,8 +93,8 @@ function runningReady() {
 /**
  * The main scenario in namespace `ns` (an AppService `app`, through the operator running
  * meanwhile): create, a crash-looping Pod reported twice (Event series), Ready again, scale to
- * 3, a label put back, an image update, delete. Uses every verb the operator's RBAC grants on
- * namespaced resources.
+ * 3, labels put back (one through a create answered AlreadyExists), an image update, delete.
+ * Uses every verb the operator's RBAC grants on namespaced resources.
  */
 async function mainScenario(c: KubeClient, ns: string): Promise<void> {
   await c.create(
@@ -147,6 +147,16 @@ async function mainScenario(c: KubeClient, ns: string): Promise<void> {
   await waitFor("app-2's label put back", async () => {
     const p = await c.get<KubeObject>(PODS, "app-2", { namespace: ns });
     return p.metadata?.labels?.["app.kubernetes.io/instance"] === "app";
+  }, 30_000);
+  // Without its managed-by label a Pod leaves the operator's cache: the slot looks empty, the
+  // create is answered AlreadyExists, and the operator reads that Pod (get on pods) and puts the
+  // label back.
+  await c.patch(PODS, "app-1", {
+    metadata: { labels: { "app.kubernetes.io/managed-by": null } },
+  }, { namespace: ns });
+  await waitFor("app-1's managed-by label put back", async () => {
+    const p = await c.get<KubeObject>(PODS, "app-1", { namespace: ns });
+    return p.metadata?.labels?.["app.kubernetes.io/managed-by"] === "appservice-operator";
   }, 30_000);
   await c.patch(AS, "app", { spec: { image: "nginx:1.28", ports: null } }, { namespace: ns });
   await ready(3, "nginx:1.28");

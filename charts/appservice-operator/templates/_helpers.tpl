@@ -52,10 +52,11 @@ compares them).
   resources: ["appservices/status"]
   verbs: ["patch"]
 # Owned Pods: informer, create, delete; cleanup confirms deletion with a list; patch adopts
-# orphans (--cascade=orphan) and puts back labels removed by hand (never the Pod's spec).
+# orphans (--cascade=orphan) and puts back labels removed by hand (never the Pod's spec); get: a
+# create answered AlreadyExists reads the Pod of that name.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Owned Service: informer, server-side apply (patch; creating through apply also needs create),
 # delete; cleanup reads it back.
 - apiGroups: [""]
