@@ -90,6 +90,21 @@ function runningReady() {
     }],
   };
 }
+/** Removes `label` from Pod `ns/pod` and waits (30 s) until the operator has put `value` back. */
+async function labelPutBack(
+  c: KubeClient,
+  ns: string,
+  pod: string,
+  label: string,
+  value: string,
+): Promise<void> {
+  await c.patch(PODS, pod, { metadata: { labels: { [label]: null } } }, { namespace: ns });
+  await waitFor(`${pod}'s ${label} label put back`, async () => {
+    const p = await c.get<KubeObject>(PODS, pod, { namespace: ns });
+    return p.metadata?.labels?.[label] === value;
+  }, 30_000);
+}
+
 /**
  * The main scenario in namespace `ns` (an AppService `app`, through the operator running
  * meanwhile): create, a crash-looping Pod reported twice (Event series), Ready again, scale to
@@ -141,23 +156,11 @@ async function mainScenario(c: KubeClient, ns: string): Promise<void> {
   await ready(3, "nginx:1.27");
   // A label of the operator's removed from a Pod by hand is put back (patch on pods; the
   // same verb adopts orphaned Pods).
-  await c.patch(PODS, "app-2", {
-    metadata: { labels: { "app.kubernetes.io/instance": null } },
-  }, { namespace: ns });
-  await waitFor("app-2's label put back", async () => {
-    const p = await c.get<KubeObject>(PODS, "app-2", { namespace: ns });
-    return p.metadata?.labels?.["app.kubernetes.io/instance"] === "app";
-  }, 30_000);
+  await labelPutBack(c, ns, "app-2", "app.kubernetes.io/instance", "app");
   // Without its managed-by label a Pod leaves the operator's cache: the slot looks empty, the
   // create is answered AlreadyExists, and the operator reads that Pod (get on pods) and puts the
   // label back.
-  await c.patch(PODS, "app-1", {
-    metadata: { labels: { "app.kubernetes.io/managed-by": null } },
-  }, { namespace: ns });
-  await waitFor("app-1's managed-by label put back", async () => {
-    const p = await c.get<KubeObject>(PODS, "app-1", { namespace: ns });
-    return p.metadata?.labels?.["app.kubernetes.io/managed-by"] === "appservice-operator";
-  }, 30_000);
+  await labelPutBack(c, ns, "app-1", "app.kubernetes.io/managed-by", "appservice-operator");
   await c.patch(AS, "app", { spec: { image: "nginx:1.28", ports: null } }, { namespace: ns });
   await ready(3, "nginx:1.28");
   await c.delete(AS, "app", { namespace: ns });
