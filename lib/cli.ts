@@ -166,7 +166,7 @@ export const FLAG_TABLE = [
     env: "APPSERVICE_WATCH_NAMESPACE",
     kind: "string",
     default: "",
-    help: "Watch one namespace only (default: all namespaces).",
+    help: "Watch only these namespaces, comma-separated (default: all namespaces).",
   },
   {
     name: "watch-idle-timeout",

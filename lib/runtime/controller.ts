@@ -47,6 +47,7 @@ import type { Predicate } from "./predicates.ts";
 import { WorkQueue } from "./queue.ts";
 import type { Reflector } from "./reflector.ts";
 import type { Store } from "./store.ts";
+import type { InformerStatus } from "./health.ts";
 
 /**
  * How long (ms) the workers may hold the event loop with reconciles that resolve without waiting
@@ -576,8 +577,13 @@ export interface Informer<T extends KubeObject> {
   readonly name: string;
   /** What is watched. */
   readonly resource: ResourceType;
-  /** Namespace watched; undefined for all namespaces (or a cluster-scoped resource). */
+  /**
+   * Namespace watched; undefined for all namespaces (or a cluster-scoped resource), and when
+   * several are watched ({@link Informer.namespaces}).
+   */
   readonly namespace?: string;
+  /** The namespaces watched when more than one (one reflector each, one shared store). */
+  readonly namespaces?: readonly string[];
   /** Label selector of the list and watch, if any (Kubernetes label selector syntax). */
   readonly labelSelector?: string;
   /** Field selector of the list and watch, if any. */
@@ -585,7 +591,19 @@ export interface Informer<T extends KubeObject> {
   /** The cache; read it in reconciles, never write it. */
   readonly store: Store<T>;
   /** Keeps the store in sync; the manager runs it. */
-  readonly reflector: Reflector<T>;
+  readonly reflector: InformerReflector;
+}
+
+/**
+ * What the manager uses of an informer's reflector: run it, wait for its first sync, and its
+ * status for `/readyz` ({@link InformerStatus}). A {@link Reflector}, or several behind one
+ * (`MultiNamespaceReflector`, informers.ts).
+ */
+export interface InformerReflector extends InformerStatus {
+  /** Lists and watches until `signal` aborts; rejects on a failure it does not retry. */
+  run(signal: AbortSignal): Promise<void>;
+  /** Resolves once the first list has been applied to the store. */
+  waitForSync(): Promise<void>;
 }
 
 /**

@@ -7,13 +7,16 @@
  */
 import type { KubeObject } from "../kube/client.ts";
 import type { ResourceType } from "../kube/resources.ts";
-import type { Informer } from "./controller.ts";
+import type { Informer, InformerReflector } from "./controller.ts";
 import type { Reflector } from "./reflector.ts";
 import { type IndexFunc, Store } from "./store.ts";
 
 /** Options of {@link Manager.informer}. */
 export interface InformerOptions<T extends KubeObject> {
-  /** Namespace to watch, "" for all; default the manager's `watchNamespace`. */
+  /**
+   * Namespace to watch, "" for all; default the manager's `watchNamespace` (which may name
+   * several, comma-separated: one reflector per namespace then, filling one shared store).
+   */
   namespace?: string;
   /** Label selector of the list and watch (e.g. `app.kubernetes.io/managed-by=x`). */
   labelSelector?: string;
@@ -39,7 +42,10 @@ export type ReflectorFactory = <T extends KubeObject>(
 
 /** Options of {@link InformerRegistry}. */
 export interface InformerRegistryOptions {
-  /** Namespace of informers that name none; "" for all. */
+  /**
+   * Namespace of informers that name none; "" for all; several comma-separated (`a,b`): such an
+   * informer watches each of them (see {@link MultiNamespaceReflector}).
+   */
   watchNamespace: string;
   /** Makes each new informer's reflector. */
   reflector: ReflectorFactory;
@@ -79,17 +85,18 @@ export class InformerRegistry {
     const namespace = resource.namespaced
       ? (opts.namespace ?? this.#o.watchNamespace) || undefined
       : undefined;
+    const namespaces = parseNamespaces(namespace);
     const id = [
       resource.apiVersion,
       resource.plural,
-      namespace,
+      namespaces.join(","),
       opts.labelSelector,
       opts.fieldSelector,
     ]
       .join("|");
     let inf = this.#informers.get(id) as Informer<T> | undefined;
     if (!inf) {
-      inf = this.#make(resource, namespace, opts);
+      inf = this.#make(resource, namespaces, opts);
       this.#informers.set(id, inf as unknown as Informer<KubeObject>);
       this.#transforms.set(id, opts.transform);
     } else if (opts.transform && opts.transform !== this.#transforms.get(id)) {
@@ -101,7 +108,7 @@ export class InformerRegistry {
 
   #make<T extends KubeObject>(
     resource: ResourceType,
-    namespace: string | undefined,
+    namespaces: string[],
     opts: InformerOptions<T>,
   ): Informer<T> {
     const names = new Set(this.all().map((i) => i.name));
@@ -112,14 +119,97 @@ export class InformerRegistry {
       transform: opts.transform,
       freeze: this.#o.freeze,
     });
-    return {
+    const base = {
       name,
       resource,
-      namespace,
       labelSelector: opts.labelSelector,
       fieldSelector: opts.fieldSelector,
       store,
-      reflector: this.#o.reflector(resource, store, namespace, opts),
     };
+    if (namespaces.length <= 1) {
+      const namespace = namespaces[0];
+      return { ...base, namespace, reflector: this.#o.reflector(resource, store, namespace, opts) };
+    }
+    return {
+      ...base,
+      namespaces,
+      reflector: new MultiNamespaceReflector(
+        namespaces.map((ns) => this.#o.reflector(resource, store, ns, opts)),
+      ),
+    };
+  }
+}
+
+/**
+ * The namespaces of a watch namespace setting: "" or undefined for all (none listed), else its
+ * comma-separated names, trimmed, empty ones and repeats dropped, sorted (so `b,a` and `a,b` share
+ * one informer). Names are not validated here (the apiserver refuses a bad one).
+ */
+export function parseNamespaces(setting: string | undefined): string[] {
+  if (!setting) return [];
+  return [...new Set(setting.split(",").map((n) => n.trim()).filter((n) => n !== ""))].sort();
+}
+
+/**
+ * Several reflectors, one per watched namespace, filling one store, seen as one
+ * (controller-runtime's multi-namespace cache keeps a cache per namespace behind one interface;
+ * here the store is shared and each reflector's relist replaces only its own namespace,
+ * `Store.beginReplace(namespace)`). Synced when every one is; for `/readyz` it reports the worst
+ * of them: the first not synced, the first deaf, the oldest failure.
+ */
+export class MultiNamespaceReflector implements InformerReflector {
+  readonly #parts: readonly InformerReflector[];
+
+  /** Wraps `parts` (at least one). */
+  constructor(parts: readonly InformerReflector[]) {
+    if (parts.length === 0) throw new Error("MultiNamespaceReflector: no reflector");
+    this.#parts = parts;
+  }
+
+  /** Runs every part until `signal` aborts; rejects with the first part's failure. */
+  async run(signal: AbortSignal): Promise<void> {
+    await Promise.all(this.#parts.map((p) => p.run(signal)));
+  }
+
+  /** Resolves when every part has synced. */
+  async waitForSync(): Promise<void> {
+    await Promise.all(this.#parts.map((p) => p.waitForSync()));
+  }
+
+  /** Every part has synced. */
+  get hasSynced(): boolean {
+    return this.#parts.every((p) => p.hasSynced);
+  }
+
+  /** The part that is not synced, else deaf, else failing, else the first: what /readyz names. */
+  #worst(): InformerReflector {
+    return this.#parts.find((p) => !p.hasSynced) ?? this.#parts.find((p) => p.deaf) ??
+      this.#parts.find((p) => p.failingSinceMs !== undefined) ?? this.#parts[0];
+  }
+
+  /** The last error of {@link MultiNamespaceReflector.#worst}. */
+  get lastError(): string | undefined {
+    return this.#worst().lastError;
+  }
+
+  /** The oldest start of a run of failures among the parts; undefined when none fails. */
+  get failingSinceMs(): number | undefined {
+    const since = this.#parts.map((p) => p.failingSinceMs).filter((t) => t !== undefined);
+    return since.length ? Math.min(...since) : undefined;
+  }
+
+  /** The most failed attempts of a part. */
+  get failedAttempts(): number {
+    return Math.max(...this.#parts.map((p) => p.failedAttempts));
+  }
+
+  /** The state of {@link MultiNamespaceReflector.#worst}. */
+  get state(): { phase: string } {
+    return this.#worst().state;
+  }
+
+  /** Set while any part's watch is deaf (that part's). */
+  get deaf(): { sinceMs: number; reason: string } | undefined {
+    return this.#parts.find((p) => p.deaf)?.deaf;
   }
 }

@@ -121,7 +121,10 @@ export interface ManagerOptions {
   syncPeriodMs?: number;
   /** After the signal, how long in-flight reconciles may finish; default 30 s (controller-runtime). */
   gracefulShutdownTimeoutMs?: number;
-  /** Default namespace of informers (one namespace only); "" (the default) for all. */
+  /**
+   * Default namespace of informers; several comma-separated (`a,b`: one list and watch per
+   * namespace and resource, one cache); "" (the default) for all.
+   */
   watchNamespace?: string;
   /** A watch silent (no byte, bookmarks included) this long is reconnected; default 3 min. */
   watchIdleTimeoutMs?: number;

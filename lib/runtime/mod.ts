@@ -36,6 +36,7 @@ export {
   type ErrorPolicy,
   type Informer,
   isPanic,
+  type InformerReflector,
   type MappedWatch,
   type OwnedWatch,
   Reconcile,
@@ -60,7 +61,7 @@ export {
   isControlledBy,
   type OwnerIdentity,
 } from "./ownership.ts";
-export { ListenError, type ServerName } from "./health.ts";
+export { type InformerStatus, ListenError, type ServerName } from "./health.ts";
 export { type LeadershipState } from "./leader.ts";
 export { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";

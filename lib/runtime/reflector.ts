@@ -340,7 +340,7 @@ export class Reflector<T extends KubeObject> {
     const o = this.#o;
     // Page by page into the store, so the decoded list never exists whole next to the cache
     // (docs/design/reflector.md, "Paged replace").
-    let replacement = o.store.beginReplace();
+    let replacement = o.store.beginReplace(o.namespace);
     const res = await o.client.listPages<T>(
       o.resource,
       {
@@ -355,7 +355,7 @@ export class Reflector<T extends KubeObject> {
       (err) => {
         // The pages so far belong to an older snapshot than the full list that follows: start the
         // replace over, so that the deletes at its end are those of the full list.
-        replacement = o.store.beginReplace();
+        replacement = o.store.beginReplace(o.namespace);
         this.#apply(step(this.#state, { type: "listContinueExpired", detail: err.message }));
       },
     );
@@ -395,7 +395,7 @@ export class Reflector<T extends KubeObject> {
     const s: Stream<T> = {
       rv: initial ? "" : memory.resourceVersion,
       events: 0,
-      replacement: initial ? o.store.beginReplace() : undefined,
+      replacement: initial ? o.store.beginReplace(o.namespace) : undefined,
       pending: [],
       seen: {
         appliedResourceVersion: initial ? "" : memory.resourceVersion,

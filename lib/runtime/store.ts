@@ -281,11 +281,12 @@ export class Store<T extends KubeObject> {
   }
 
   /**
-   * Replaces the whole content with a fresh list: deletes for objects no longer listed, adds for
-   * new ones, updates only where the resourceVersion changed. Returns the counts.
+   * Replaces the whole content (or that of `namespace`, see {@link beginReplace}) with a fresh
+   * list: deletes for objects no longer listed, adds for new ones, updates only where the
+   * resourceVersion changed. Returns the counts.
    */
-  replace(items: T[]): ReplaceCounts {
-    const r = this.beginReplace();
+  replace(items: T[], namespace?: string): ReplaceCounts {
+    const r = this.beginReplace(namespace);
     r.add(items);
     return r.finish();
   }
@@ -296,8 +297,11 @@ export class Store<T extends KubeObject> {
    * Replacement.finish} removes what no page held. Until then the cache holds the pages given so
    * far next to the objects not listed yet. A replace that is never finished (a list that failed
    * mid-way) deletes nothing: the next replace starts afresh.
+   * @param namespace the list's namespace: only objects of that namespace are removed when not
+   *   listed (several namespaced reflectors fill one store, one per watched namespace, as
+   *   controller-runtime's multi-namespace cache does); default the whole store
    */
-  beginReplace(): Replacement<T> {
+  beginReplace(namespace?: string): Replacement<T> {
     const seen = new Set<string>();
     const counts: ReplaceCounts = { added: 0, updated: 0, deleted: 0 };
     let finished = false;
@@ -319,6 +323,7 @@ export class Store<T extends KubeObject> {
         finished = true;
         for (const [key, old] of [...this.#items]) {
           if (seen.has(key)) continue;
+          if (namespace !== undefined && old.metadata?.namespace !== namespace) continue;
           this.#items.delete(key);
           this.#index(key, undefined, old);
           counts.deleted++;

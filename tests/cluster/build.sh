@@ -99,28 +99,9 @@ for name in etcd kube-apiserver kubectl; do
   if [[ -z ${from_assets[$name]:-} && -L $bin/$name ]]; then rm -f "$bin/$name"; fi
 done
 
-go=${GO:-}
-find_go() {
-  [[ -n $go ]] && return 0
-  if command -v go >/dev/null; then
-    go=$(command -v go)
-  elif [[ -x /usr/local/go/bin/go ]]; then
-    go=/usr/local/go/bin/go
-  else
-    die "no go command found (set GO or put go on PATH); needed to build: $*"
-  fi
-}
-
-tmp=
-gopid=
-cleanup() {
-  if [[ -n $gopid ]]; then kill -TERM -- "-$gopid" 2>/dev/null || true; fi
-  if [[ -n $tmp ]]; then rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
+# find_go, and the cleanup of an interrupted build.
+# shellcheck source=build_common.sh
+source "$here/build_common.sh"
 
 # build MODULE_DIR LDFLAGS PACKAGE... : builds the given binaries into a temporary folder, then
 # moves each into the cache folder (rename on the same file system, so atomic) and reports the time.

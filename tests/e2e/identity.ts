@@ -124,6 +124,75 @@ export const podOf = (e: { user?: { extra?: Record<string, string[]> } }): strin
   e.user?.extra?.[POD_NAME_EXTRA]?.[0] ?? "";
 
 /**
+ * A Pod `podName` in `namespace` running ServiceAccount `sa` (never started: a node selector no
+ * Node matches keeps it Pending; it needs no more than to exist) and a token of `sa` bound to it
+ * (TokenRequest with `boundObjectRef` kind Pod, an hour): the apiserver puts the Pod's name in
+ * `userInfo.extra` of every request made with it, as for a replica of a Deployment.
+ * @returns the token
+ */
+export async function podBoundToken(
+  namespace: string,
+  sa: string,
+  podName: string,
+): Promise<string> {
+  const c = await admin();
+  const pod = await c.create<KubeObject>(PODS, {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name: podName, namespace },
+    spec: {
+      serviceAccountName: sa,
+      // No node runs it: a selector no Node matches keeps it Pending.
+      nodeSelector: { "e2e.apps.our-org.com/no-such-node": "true" },
+      // Admitted by the restricted Pod Security level (deploy/'s namespace enforces it).
+      securityContext: { runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } },
+      containers: [{
+        name: "operator",
+        image: "appservice-operator:e2e",
+        securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } },
+      }],
+    },
+  } as KubeObject);
+  return await tokenBoundToPod(namespace, sa, pod);
+}
+
+/**
+ * A token of ServiceAccount `namespace/sa` bound to `pod` (TokenRequest with `boundObjectRef`
+ * kind Pod, an hour): valid while that Pod exists, and the apiserver puts the Pod's name in
+ * `userInfo.extra` of every request made with it.
+ * @throws Error when the apiserver returns no token
+ */
+export async function tokenBoundToPod(
+  namespace: string,
+  sa: string,
+  pod: KubeObject,
+): Promise<string> {
+  const c = await admin();
+  const tr = await c.create<KubeObject & { status?: { token?: string } }>(
+    rt("v1", "TokenRequest", `serviceaccounts/${sa}/token`, true),
+    {
+      apiVersion: "authentication.k8s.io/v1",
+      kind: "TokenRequest",
+      spec: {
+        expirationSeconds: 3600,
+        boundObjectRef: {
+          apiVersion: "v1",
+          kind: "Pod",
+          name: pod.metadata!.name,
+          uid: pod.metadata!.uid,
+        },
+      },
+    } as KubeObject,
+    { namespace },
+  );
+  const token = tr.status?.token;
+  if (!token) {
+    throw new Error(`no token minted for ${namespace}/${sa} bound to ${pod.metadata?.name}`);
+  }
+  return token;
+}
+
+/**
  * Replicas of one ServiceAccount told apart as in a Deployment: the ServiceAccount `name` in
  * `namespace` with deploy/'s permissions ({@link operatorIdentity}), one Pod object per name in
  * `pods` (running that ServiceAccount; never started: a node selector no Node matches keeps it
@@ -141,36 +210,11 @@ export async function podBoundIdentities(
   dir: string,
   servers: string[] = [],
 ): Promise<{ account: OperatorIdentity; replicas: ReplicaIdentity[] }> {
-  const c = await admin();
   const info = await cluster();
   const account = await operatorIdentity(deployObjects, namespace, name, dir);
   const replicas: ReplicaIdentity[] = [];
   for (const [i, podName] of pods.entries()) {
-    const pod = await c.create<KubeObject>(PODS, {
-      apiVersion: "v1",
-      kind: "Pod",
-      metadata: { name: podName, namespace },
-      spec: {
-        serviceAccountName: name,
-        // No node runs it: a selector no Node matches keeps it Pending.
-        nodeSelector: { "e2e.apps.our-org.com/no-such-node": "true" },
-        containers: [{ name: "operator", image: "appservice-operator:e2e" }],
-      },
-    } as KubeObject);
-    const tr = await c.create<KubeObject & { status?: { token?: string } }>(
-      rt("v1", "TokenRequest", `serviceaccounts/${name}/token`, true),
-      {
-        apiVersion: "authentication.k8s.io/v1",
-        kind: "TokenRequest",
-        spec: {
-          expirationSeconds: 3600,
-          boundObjectRef: { apiVersion: "v1", kind: "Pod", name: podName, uid: pod.metadata!.uid },
-        },
-      } as KubeObject,
-      { namespace },
-    );
-    const token = tr.status?.token;
-    if (!token) throw new Error(`no token minted for ${namespace}/${name} bound to ${podName}`);
+    const token = await podBoundToken(namespace, name, podName);
     const kubeconfig = `${dir}/kubeconfig-${name}-${podName}`;
     await writeTokenKubeconfig(
       kubeconfig,

@@ -34,7 +34,7 @@ export const VALIDATION_FAILURE_ANNOTATION =
 export const KEEPER_NAME = "e2e-lease-param-informer-keeper";
 
 /** Creates the keeper policy and binding unless they exist (see the module doc). */
-async function ensureKeeper(): Promise<void> {
+export async function ensureKeeper(): Promise<void> {
   const c = await admin();
   const exists = await c.get(VALIDATING_ADMISSION_POLICY_BINDINGS, KEEPER_NAME).then(
     () => true,

@@ -7,6 +7,7 @@
  * patch adding a port, labels/annotations/selector added). Foreign labels and annotations are kept.
  * Writes are counted from the apiserver's audit log.
  */
+import { run } from "./chart.ts";
 import type { Service, ServicePort } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
 import { type ResourceType, SERVICES } from "../../lib/kube/resources.ts";
@@ -65,20 +66,13 @@ function converged(svc: Service, name: string, ports: typeof BEFORE): boolean {
 /** Runs kubectl (the cluster's own build) with the admin kubeconfig; stdin optional. */
 async function kubectl(args: string[], stdin?: string): Promise<string> {
   const info = await cluster();
-  const child = new Deno.Command(`${info.binDir}/kubectl`, {
-    args: [`--kubeconfig=${info.kubeconfig}`, ...args],
-    stdin: stdin === undefined ? "null" : "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  if (stdin !== undefined) {
-    const w = child.stdin.getWriter();
-    await w.write(new TextEncoder().encode(stdin));
-    await w.close();
-  }
-  const out = await child.output();
-  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-  if (!out.success) throw new Error(`kubectl ${args.join(" ")}: ${text}`);
+  const out = await run(
+    `${info.binDir}/kubectl`,
+    [`--kubeconfig=${info.kubeconfig}`, ...args],
+    stdin,
+  );
+  const text = out.stdout + out.stderr;
+  if (out.code !== 0) throw new Error(`kubectl ${args.join(" ")}: ${text}`);
   return text;
 }
 
