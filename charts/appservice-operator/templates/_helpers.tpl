@@ -77,6 +77,17 @@ compares them).
 {{- end -}}
 
 {{/* Secure /metrics: TokenReview and SubjectAccessReview are cluster-scoped in every mode. */}}
+{{/*
+Start-up check of the finalizer policy (lib/appservice/policy.ts): get on the policy and its
+binding, by name only. Cluster-scoped in both modes.
+*/}}
+{{- define "appservice-operator.finalizerPolicyRules" -}}
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"]
+  resourceNames: [{{ printf "%s-finalizer" (include "appservice-operator.fullname" .) | quote }}]
+  verbs: ["get"]
+{{- end -}}
+
 {{- define "appservice-operator.metricsAuthRules" -}}
 - apiGroups: ["authentication.k8s.io"]
   resources: ["tokenreviews"]
