@@ -52,6 +52,12 @@ const METRICS_AUTH = [
   "authentication.k8s.io|tokenreviews|create",
   "authorization.k8s.io|subjectaccessreviews|create",
 ];
+/** Cluster-scoped in both modes: metrics authentication and the finalizer policy's start-up check. */
+const CLUSTER_ONLY = [
+  "admissionregistration.k8s.io|mutatingadmissionpolicies|get",
+  "admissionregistration.k8s.io|mutatingadmissionpolicybindings|get",
+  ...METRICS_AUTH,
+];
 
 Deno.test("Helm chart: renders deploy/, lints clean, namespace-scoped RBAC, server dry-run", async (t) => {
   const deploy = parseObjects(await kustomize());
@@ -107,12 +113,12 @@ Deno.test("Helm chart: renders deploy/, lints clean, namespace-scoped RBAC, serv
       assertEquals(binding.subjects[0].name, "appservice-operator");
       assertEquals(
         triples(role.rules!),
-        triples(clusterWide).filter((x) => !METRICS_AUTH.includes(x)),
+        triples(clusterWide).filter((x) => !CLUSTER_ONLY.includes(x)),
       );
       const cr = objects.find((o) =>
         o.kind === "ClusterRole" && o.metadata?.name === "appservice-operator"
       ) as Rbac;
-      assertEquals(triples(cr.rules!), METRICS_AUTH);
+      assertEquals(triples(cr.rules!), CLUSTER_ONLY);
       // Nothing else namespaced outside the watched and the release namespace.
       const elsewhere = objects.filter((o) =>
         o.metadata?.namespace && !["apps", OPERATOR_NAMESPACE].includes(o.metadata.namespace)

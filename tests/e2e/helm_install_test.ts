@@ -111,9 +111,13 @@ async function lifecycle(t: Deno.TestContext, scoped: boolean): Promise<void> {
   const apps = await newNamespace("helmapps");
   const name = `e2e-${release}`;
   const dir = await Deno.makeTempDir({ prefix: "helm-" });
-  const outside = scoped ? await newNamespace("helmout") : undefined;
+  // Out of the tests' cluster-wide finalizer policy binding (the chart's covers only the watched
+  // namespaces; the release leaves the policy to the tests' one: finalizerPolicy.enabled=false).
+  const outside = scoped ? await newNamespace("helmout", { finalizerPolicy: false }) : undefined;
   const common = [
     ...["--namespace", release, "--set", `fullnameOverride=${name}`],
+    // The tests' own finalizer policy (installCrd) stays theirs: not taken over and deleted here.
+    ...["--set", "finalizerPolicy.enabled=false"],
     ...(scoped ? ["--set", `watchNamespaces={${apps}}`] : []),
   ];
   if (outside) await c.create(AS, appService(outside, "out", { image: "nginx:1.27" }));

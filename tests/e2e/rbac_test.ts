@@ -338,7 +338,9 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
   const release = await newNamespace("rbacrel"); // the operator's own namespace (its Lease)
   const ns = await newNamespace("rbacns"); // the two watched namespaces
   const ns2 = await newNamespace("rbacns2");
-  const outside = await newNamespace("rbacout"); // one it must leave alone
+  // One it must leave alone; out of the tests' cluster-wide finalizer policy binding (the chart's
+  // binding would cover only the watched namespaces).
+  const outside = await newNamespace("rbacout", { finalizerPolicy: false });
   const name = `e2e-${ns}`; // fullnameOverride: cluster-scoped names of its own
   const user = `system:serviceaccount:${release}:${name}`;
   // The chart's ServiceAccount and RBAC only: the Lease-holder policy is no part of this (and its

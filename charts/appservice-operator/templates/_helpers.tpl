@@ -79,12 +79,13 @@ compares them).
 {{/* Secure /metrics: TokenReview and SubjectAccessReview are cluster-scoped in every mode. */}}
 {{/*
 Start-up check of the finalizer policy (lib/appservice/policy.ts): get on the policy and its
-binding, by name only. Cluster-scoped in both modes.
+binding, by their fixed names only (granted with or without finalizerPolicy.enabled: the operator
+always looks). Cluster-scoped in both modes.
 */}}
 {{- define "appservice-operator.finalizerPolicyRules" -}}
 - apiGroups: ["admissionregistration.k8s.io"]
   resources: ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"]
-  resourceNames: [{{ printf "%s-finalizer" (include "appservice-operator.fullname" .) | quote }}]
+  resourceNames: ["appservice-operator-finalizer"]
   verbs: ["get"]
 {{- end -}}
 
