@@ -133,6 +133,7 @@ Deno.test("Helm chart: renders deploy/, lints clean, namespace-scoped RBAC, serv
         "coordination.k8s.io|leases|create",
         "coordination.k8s.io|leases|get",
         "coordination.k8s.io|leases|update",
+        "coordination.k8s.io|leases|watch",
         "events.k8s.io|events|create",
       ]);
     },

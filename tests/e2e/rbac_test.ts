@@ -299,22 +299,7 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
         await mainScenario(c, ns);
       },
     );
-    await t.step("a standby as the ServiceAccount: it watches the Lease", async () => {
-      // The leader never watches its Lease; a standby does after its first attempt (the watch's
-      // audit event is written when it ends, at the standby's stop).
-      const standby = await startOperator([`--kubeconfig=${kubeconfig}`, "--leader-elect"]);
-      try {
-        await standby.waitReady();
-        await waitFor(
-          "the standby observed the leader",
-          () => logsOf(standby, "Observed leader").length > 0,
-          30_000,
-        );
-        await sleep(1_000);
-      } finally {
-        assertEquals(await standby.stop(), 0);
-      }
-    });
+    await standbyStep(t, [`--kubeconfig=${kubeconfig}`, "--leader-elect"]);
     const logged = op.logs().find((l) => l.message === "Connected");
     assertEquals((logged?.properties as Record<string, unknown>)?.user, SA_USER);
   } finally {
@@ -329,7 +314,36 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
 });
 
 /** Cluster-scoped names a namespaced request may still touch (no namespace in its objectRef). */
-const CLUSTER_SCOPED_ASKS = new Set(["tokenreviews", "subjectaccessreviews", "selfsubjectreviews"]);
+/**
+ * Step: a standby as the ServiceAccount (`args`, with `--leader-elect`) runs until it has observed
+ * the leader, then stops: the leader never watches its Lease; a standby does after its first
+ * attempt (the watch's audit event is written when it ends, at the standby's stop).
+ */
+async function standbyStep(t: Deno.TestContext, args: string[]): Promise<void> {
+  await t.step("a standby as the ServiceAccount: it watches the Lease", async () => {
+    const standby = await startOperator(args);
+    try {
+      await standby.waitReady();
+      await waitFor(
+        "the standby observed the leader",
+        () => logsOf(standby, "Observed leader").length > 0,
+        30_000,
+      );
+      await sleep(1_000);
+    } finally {
+      assertEquals(await standby.stop(), 0);
+    }
+  });
+}
+
+const CLUSTER_SCOPED_ASKS = new Set([
+  "tokenreviews",
+  "subjectaccessreviews",
+  "selfsubjectreviews",
+  // The start-up check of the finalizer policy (lib/appservice/policy.ts), by name.
+  "mutatingadmissionpolicies",
+  "mutatingadmissionpolicybindings",
+]);
 
 Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all the operator needs", async (t) => {
   await installCrd();
@@ -377,6 +391,11 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
     await t.step("main scenario in both watched namespaces at once", async () => {
       await Promise.all([mainScenario(c, ns), mainScenario(c, ns2)]);
     });
+    await standbyStep(t, [
+      `--kubeconfig=${kubeconfig}`,
+      `--watch-namespace=${ns},${ns2}`,
+      "--leader-elect",
+    ]);
     await t.step("the AppService outside the watched namespace was never touched", async () => {
       // mainScenario saw its own AppService through every step: the operator was working.
       const out = await getAs(outside, "out");
