@@ -69,7 +69,7 @@ export const USAGE = `usage: deno task bench [flags]
   --failover-runs 2              repetitions of each failover case (the table shows the mean)
   --ours-deno-flags "FLAGS"      extra deno run flags for ours, after deno task start's
                                  (experiments, e.g. "--v8-flags=--max-semi-space-size=2")
-  --cluster-dir DIR              default <cache>/bench-cluster
+  --cluster-dir DIR              default .cache/bench-cluster (the clone's own)
   --reuse-cluster                use the cluster already running in --cluster-dir
   --keep-cluster                 leave the cluster running at the end
   --results DIR                  default bench/results
