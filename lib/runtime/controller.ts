@@ -45,6 +45,7 @@ import { controllerOf } from "./ownership.ts";
 import type { Metrics } from "./metrics.ts";
 import type { Predicate } from "./predicates.ts";
 import { WorkQueue } from "./queue.ts";
+// deno-lint-ignore no-unused-vars -- named by {@link Reflector} in the docs below
 import type { Reflector } from "./reflector.ts";
 import type { Store } from "./store.ts";
 import type { InformerStatus } from "./health.ts";
