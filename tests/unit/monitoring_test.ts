@@ -1,0 +1,99 @@
+/**
+ * deploy/monitoring/ stays one set of alerts and names only metrics the operator exports:
+ * - the PrometheusRule (deploy/monitoring/prometheus_rule.yaml) carries rules.yaml's groups, the
+ *   chart's files/rules.yaml is a copy of rules.yaml, and the chart's PrometheusRule renders them;
+ * - every metric name in the rules' and the dashboard's expressions is one lib/runtime/metrics.ts
+ *   registers (or Prometheus's own `up`).
+ */
+import { assert, assertEquals } from "../assert.ts";
+import { parse } from "yaml";
+import { Metrics } from "../../lib/runtime/metrics.ts";
+import { helmTemplate, parseObjects } from "../e2e/chart.ts";
+
+const REPO = new URL("../../", import.meta.url).pathname;
+const MON = `${REPO}/deploy/monitoring`;
+
+/** A rule group of a Prometheus rule file: its name and rules (each with `expr`). */
+interface Group {
+  name: string;
+  rules: { alert?: string; expr: string }[];
+}
+
+/** The groups of rules.yaml, the source of truth. */
+function sourceGroups(): Group[] {
+  return (parse(Deno.readTextFileSync(`${MON}/rules.yaml`)) as { groups: Group[] }).groups;
+}
+
+/** Names of the series the operator's /metrics exports, histograms with their suffixed series. */
+async function exportedNames(): Promise<Set<string>> {
+  const names = new Set(["up"]); // Prometheus's own, per scraped target
+  for (const line of (await new Metrics().text()).split("\n")) {
+    const m = /^# TYPE (\S+) (\S+)$/.exec(line);
+    if (!m) continue;
+    names.add(m[1]);
+    if (m[2] === "histogram") {
+      for (const s of ["_bucket", "_sum", "_count"]) names.add(m[1] + s);
+    }
+  }
+  return names;
+}
+
+/** PromQL words that are not metric names. */
+const KEYWORDS = new Set(["by", "without", "on", "ignoring", "group_left", "group_right", "and"]
+  .concat(["or", "unless", "bool", "offset"]));
+
+/** The metric names an expression selects: identifiers outside labels, ranges, strings, calls. */
+function metricNames(expr: string): string[] {
+  const stripped = expr
+    .replace(/"[^"]*"/g, "")
+    .replace(/\{[^}]*\}/g, " ")
+    .replace(/\[[^\]]*\]/g, " ")
+    .replace(/\b(by|without|on|ignoring)\s*\([^)]*\)/g, " ");
+  const out: string[] = [];
+  for (const m of stripped.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?/g)) {
+    if (m[2] || KEYWORDS.has(m[1])) continue; // a function call or a keyword
+    out.push(m[1]);
+  }
+  return out;
+}
+
+Deno.test("the PrometheusRule carries rules.yaml's groups", () => {
+  const rule = parse(Deno.readTextFileSync(`${MON}/prometheus_rule.yaml`));
+  assertEquals(rule.kind, "PrometheusRule");
+  assertEquals(rule.spec.groups, sourceGroups());
+});
+
+Deno.test("the chart's files/rules.yaml is rules.yaml, and its PrometheusRule renders them", async () => {
+  assertEquals(
+    Deno.readTextFileSync(`${REPO}/charts/appservice-operator/files/rules.yaml`),
+    Deno.readTextFileSync(`${MON}/rules.yaml`),
+  );
+  const objects = parseObjects(await helmTemplate(["prometheusRule.enabled=true"]));
+  const rules = objects.filter((o) => o.kind === "PrometheusRule");
+  assertEquals(rules.length, 1);
+  assertEquals((rules[0] as unknown as { spec: { groups: Group[] } }).spec.groups, sourceGroups());
+});
+
+Deno.test("rules and dashboard use only metric names the operator exports", async () => {
+  const exported = await exportedNames();
+  const exprs = sourceGroups().flatMap((g) => g.rules.map((r) => r.expr));
+  const dashboard = JSON.parse(Deno.readTextFileSync(`${MON}/dashboard.json`)) as {
+    panels: { targets: { expr: string }[] }[];
+  };
+  exprs.push(...dashboard.panels.flatMap((p) => p.targets.map((t) => t.expr)));
+  let used = 0;
+  for (const expr of exprs) {
+    const names = metricNames(expr);
+    assert(names.length > 0, `no metric name found in ${expr}`);
+    for (const name of names) {
+      assert(exported.has(name), `${name} (in ${expr}) is not exported by lib/runtime/metrics.ts`);
+      used++;
+    }
+  }
+  assert(used >= exprs.length);
+  // Positive control: the extraction does reject a name the operator does not export.
+  assertEquals(metricNames('sum by (x) (rate(not_a_metric_total{a="b"}[5m]))'), [
+    "not_a_metric_total",
+  ]);
+  assert(!exported.has("not_a_metric_total"));
+});
