@@ -93,17 +93,34 @@ export async function applyFinalizerPolicy(
   const apply = { type: "apply" as const, fieldManager: o.fieldManager, force: true };
   await c.patch(MUTATING_ADMISSION_POLICIES, FINALIZER_POLICY_NAME, policy, apply);
   await c.patch(MUTATING_ADMISSION_POLICY_BINDINGS, FINALIZER_POLICY_NAME, binding, apply);
-  const deadline = Date.now() + (o.timeoutMs ?? 30_000);
+  await waitFinalizerPolicy(c, o.probeNamespace, o.fieldManager, o.timeoutMs);
+}
+
+/**
+ * Waits until a dry-run create of an AppService in `namespace` comes back with the finalizer:
+ * the finalizer policy is in force there and the apiserver's admission plugin knows the
+ * AppService kind. Right after the CRD is created, and after a reinstall that re-created it, a
+ * create answers 503 ("Resource kind ... not found. There can be a delay between when
+ * CustomResourceDefinitions are created and when they are available.") for a few seconds although
+ * the CRD is Established and reads are served; a 404 (kind not served yet) is waited out too.
+ * @param timeoutMs how long to wait (ms); default 30 s
+ * @throws Error when not in force within the timeout, or any other error of the dry run
+ */
+export async function waitFinalizerPolicy(
+  c: KubeClient,
+  namespace: string,
+  fieldManager: string,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
   let last = "";
   for (let i = 0; i < 1_000; i++) {
-    // Right after the CRD is served for reads, a create can still answer 503 ("There can be a
-    // delay between when CustomResourceDefinitions are created and when they are available").
     const got = await c.create<KubeObject>(APPSERVICES, {
       apiVersion: APPSERVICES.apiVersion,
       kind: APPSERVICES.kind,
-      metadata: { name: "finalizer-policy-probe", namespace: o.probeNamespace },
+      metadata: { name: "finalizer-policy-probe", namespace },
       spec: { image: "registry.local/probe:1", replicas: 1 },
-    } as KubeObject, { namespace: o.probeNamespace, dryRun: true, fieldManager: o.fieldManager })
+    } as KubeObject, { namespace, dryRun: true, fieldManager })
       .catch((err) => {
         const code = (err as { code?: number }).code;
         if (code !== 503 && code !== 404) throw err;
@@ -115,7 +132,7 @@ export async function applyFinalizerPolicy(
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(
-    `finalizer policy not in force in ${o.probeNamespace} after ${o.timeoutMs ?? 30_000} ms ` +
+    `finalizer policy not in force in ${namespace} after ${timeoutMs} ms ` +
       `(the last dry-run create's finalizers or error: ${last})`,
   );
 }

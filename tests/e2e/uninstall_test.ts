@@ -33,6 +33,7 @@ import {
   cluster,
   dropNamespace,
   getAs,
+  installCrd,
   newNamespace,
   type Operator,
   startOperator,
@@ -41,6 +42,7 @@ import {
 import { kubectlBinary, kustomize, parseObjects, runOk } from "./chart.ts";
 import { podBoundToken } from "./identity.ts";
 import { ensureKeeper } from "./lease_fence.ts";
+import { waitFinalizerPolicy } from "../cluster/finalizer_policy.ts";
 import {
   VALIDATING_ADMISSION_POLICIES,
   VALIDATING_ADMISSION_POLICY_BINDINGS,
@@ -93,6 +95,9 @@ Deno.test("Uninstall (kustomize): AppServices first, then deploy/; nothing left;
   const install = async () => {
     await runOk(kubectl, ["apply", "-f", "-"], deploy.text);
     await runOk(kubectl, ["wait", "--for=condition=Established", "--timeout=60s", CRD]);
+    // Established is not yet creatable: the finalizer policy's admission plugin answers 503 until
+    // it has loaded the new kind (docs/troubleshooting.md), as a user's script would meet it.
+    await waitFinalizerPolicy(c, "default", "appservice-e2e");
     // A Lease left by another test's replica would only delay the election.
     await c.delete(LEASES, LEASE_NAME, { namespace: NAMESPACE }).catch((err) => {
       if (!isNotFound(err)) throw err;
@@ -183,6 +188,8 @@ Deno.test("Uninstall (kustomize): AppServices first, then deploy/; nothing left;
         if (!isNotFound(err)) throw err;
       });
     }
+    // The CRD and the tests' finalizer binding (deploy/'s matches every namespace) as before.
+    await installCrd();
     for (const pod of ["appservice-operator-uninstall-a", "appservice-operator-uninstall-b"]) {
       await c.delete(PODS, pod, { namespace: NAMESPACE }).catch(() => {});
     }
