@@ -28,6 +28,7 @@ import { PODDISRUPTIONBUDGETS, PODS, SERVICES } from "../kube/resources.ts";
 import type { KubeObject } from "../kube/client.ts";
 import type { Controller } from "../runtime/controller.ts";
 import type { Manager } from "../runtime/manager.ts";
+import type { Metrics } from "../runtime/metrics.ts";
 import { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import {
   anyOf,
@@ -78,6 +79,49 @@ export function quotaOnly(quota: KubeObject): KubeObject {
 }
 
 /**
+ * Name of the gauge of AppServices by namespace and readiness (labels `namespace`, `ready` =
+ * `"true"` or `"false"`; deploy/monitoring's `AppServiceNotReady` alert reads it). Every replica
+ * exports it from its own cache: standbys too, so it survives a failover.
+ */
+export const APPSERVICES_METRIC = "appservice_appservices";
+
+/**
+ * Counts AppServices by namespace and by whether `status.ready` is true (one not yet reconciled
+ * counts as not ready): the samples of {@link APPSERVICES_METRIC}. Both values of `ready` are
+ * given for every namespace that has an AppService, so a namespace whose last unready one
+ * became Ready reads 0 rather than vanishing.
+ */
+export function countByReady(
+  list: readonly AppService[],
+): [{ namespace: string; ready: string }, number][] {
+  const m = new Map<string, [number, number]>();
+  for (const a of list) {
+    const ns = a.metadata?.namespace ?? "";
+    const c = m.get(ns) ?? [0, 0];
+    c[a.status?.ready === true ? 0 : 1]++;
+    m.set(ns, c);
+  }
+  return [...m].flatMap(([namespace, [ready, notReady]]) => [
+    [{ namespace, ready: "true" }, ready] as [{ namespace: string; ready: string }, number],
+    [{ namespace, ready: "false" }, notReady] as [{ namespace: string; ready: string }, number],
+  ]);
+}
+
+/**
+ * Registers the product's own metrics on `metrics`: {@link APPSERVICES_METRIC}, counted from
+ * `list` (the AppService cache) at each scrape.
+ * @throws Error when they are registered on `metrics` already
+ */
+export function addAppServiceMetrics(metrics: Metrics, list: () => readonly AppService[]): void {
+  metrics.addStateGauge(
+    APPSERVICES_METRIC,
+    "AppServices in this replica's cache by namespace and whether status.ready is true",
+    ["namespace", "ready"],
+    () => countByReady(list()),
+  );
+}
+
+/**
  * Declares the AppService controller on `manager`: informers of AppServices (all), and of Pods,
  * Services and PodDisruptionBudgets labelled `app.kubernetes.io/managed-by=appservice-operator`,
  * in the manager's watch namespace; workers, timeout and sync period are the manager's defaults.
@@ -110,6 +154,7 @@ export function addAppServiceController(manager: Manager): Controller {
   // requeues their AppServices, instead of waiting for the slow retry (rejections.ts).
   const quotas = manager.informer<KubeObject>(RESOURCE_QUOTAS, { transform: quotaOnly });
   const rejected = new RejectedWrites();
+  addAppServiceMetrics(manager.metrics, () => appServices.store.list());
   return manager.add({
     name: CONTROLLER_NAME,
     for: appServices,

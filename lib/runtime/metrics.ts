@@ -578,6 +578,35 @@ export class Metrics {
     this.restRequestDuration.observe({ verb: r.method, host: r.host }, r.durationSeconds);
   }
 
+  /**
+   * Adds a gauge whose samples are computed at each scrape by `collect` — the state of cached
+   * objects (kube-state-metrics' way: counts by label read from an informer's store when asked,
+   * no bookkeeping on each event). `collect` returns `[labels, value]` pairs; a label set it
+   * leaves out is not exported at that scrape.
+   * @param name metric name (Prometheus syntax; the controller's own prefix, not the runtime's)
+   * @param help help text
+   * @param labels the label names every pair's labels carry
+   * @param collect the samples of one scrape; it runs on the scrape's path, so keep it O(cache)
+   * @throws Error when a metric of that name exists on the registry (prom-client)
+   */
+  addStateGauge<L extends string>(
+    name: string,
+    help: string,
+    labels: readonly L[],
+    collect: () => Iterable<[Record<L, string>, number]>,
+  ): void {
+    new client.Gauge<L>({
+      name,
+      help,
+      labelNames: labels,
+      registers: [this.registry],
+      collect(this: client.Gauge<L>) {
+        this.reset();
+        for (const [l, v] of collect()) this.set(l as client.LabelValues<L>, v);
+      },
+    });
+  }
+
   /** The exposition text for `/metrics`. */
   text(): Promise<string> {
     return this.registry.metrics();

@@ -241,3 +241,16 @@ Deno.test("metrics: controller-runtime's types, label names and buckets", async 
     text,
   );
 });
+
+Deno.test("addStateGauge: samples computed at each scrape; a label set left out is gone", async () => {
+  const m = new Metrics();
+  let samples: [{ kind: string }, number][] = [[{ kind: "a" }, 2], [{ kind: "b" }, 0]];
+  m.addStateGauge("example_objects", "Objects by kind", ["kind"], () => samples);
+  let text = await m.text();
+  assert(text.includes('example_objects{kind="a"} 2'), text);
+  assert(text.includes('example_objects{kind="b"} 0'), text);
+  samples = [[{ kind: "b" }, 5]];
+  text = await m.text();
+  assert(!text.includes('example_objects{kind="a"}'), text);
+  assert(text.includes('example_objects{kind="b"} 5'), text);
+});

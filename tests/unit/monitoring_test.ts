@@ -8,6 +8,7 @@
 import { assert, assertEquals } from "../assert.ts";
 import { parse } from "yaml";
 import { Metrics } from "../../lib/runtime/metrics.ts";
+import { addAppServiceMetrics } from "../../lib/appservice/controller.ts";
 import { helmTemplate, parseObjects } from "../e2e/chart.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;
@@ -27,7 +28,9 @@ function sourceGroups(): Group[] {
 /** Names of the series the operator's /metrics exports, histograms with their suffixed series. */
 async function exportedNames(): Promise<Set<string>> {
   const names = new Set(["up"]); // Prometheus's own, per scraped target
-  for (const line of (await new Metrics().text()).split("\n")) {
+  const metrics = new Metrics();
+  addAppServiceMetrics(metrics, () => []);
+  for (const line of (await metrics.text()).split("\n")) {
     const m = /^# TYPE (\S+) (\S+)$/.exec(line);
     if (!m) continue;
     names.add(m[1]);
