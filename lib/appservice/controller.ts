@@ -30,12 +30,7 @@ import type { Controller } from "../runtime/controller.ts";
 import type { Manager } from "../runtime/manager.ts";
 import type { Metrics } from "../runtime/metrics.ts";
 import { TerminatingNamespaces } from "../runtime/namespaces.ts";
-import {
-  anyOf,
-  deletionOrFinalizersChanged,
-  generationChanged,
-  ignoreDeletes,
-} from "../runtime/predicates.ts";
+import { anyOf, deletionOrFinalizersChanged, generationChanged } from "../runtime/predicates.ts";
 import { APPSERVICES, GROUP } from "./api.ts";
 import { MANAGED_SELECTOR, orphanKeys } from "./pods.ts";
 import { appServiceReconciler } from "./reconcile.ts";
@@ -158,7 +153,9 @@ export function addAppServiceController(manager: Manager): Controller {
   return manager.add({
     name: CONTROLLER_NAME,
     for: appServices,
-    predicates: [anyOf(generationChanged, deletionOrFinalizersChanged), ignoreDeletes],
+    // Deletes pass: a reconcile of a key whose AppService is gone sweeps what it owned when its
+    // cleanup did not run (reconcile.ts `#sweep`); after a cleanup it is a no-op without requests.
+    predicates: [anyOf(generationChanged, deletionOrFinalizersChanged)],
     owns: [{ informer: pods }, { informer: services }, { informer: pdbs }],
     // Orphans with this operator's labels (left by --cascade=orphan) go to the AppService of
     // their name, which adopts them.

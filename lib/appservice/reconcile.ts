@@ -173,6 +173,13 @@ class AppServiceReconciler {
   #rejected: RejectedWrites;
   #replacements: PodReplacements;
   #written = new WrittenVersions();
+  /**
+   * Per AppService key, the uid of the AppService last reconciled alive or in cleanup, until its
+   * cleanup completed (or left the dependents to the garbage collector on purpose): a key whose
+   * AppService is gone from the cache while an entry remains went without this cleanup, and its
+   * dependents are swept ({@link AppServiceReconciler.#sweep}).
+   */
+  #cleanupOwed = new Map<string, string>();
   #act: Actor;
 
   constructor(deps: ReconcilerDeps) {
@@ -199,6 +206,9 @@ class AppServiceReconciler {
     const cached = this.#deps.appServices.get(key);
     const as = cached && this.#written.newest(key, cached);
     if (!as) {
+      const uid = this.#cleanupOwed.get(key);
+      this.#cleanupOwed.delete(key);
+      if (uid) await this.#sweep(key, uid, ctx, startedMs);
       this.#written.forget(key);
       this.#seenCauses.delete(key);
       this.#heldStepSince.delete(key);
@@ -215,6 +225,7 @@ class AppServiceReconciler {
       ctx.logger.debug("Namespace is being deleted; creating nothing");
       return Reconcile.done;
     }
+    this.#cleanupOwed.set(key, as.metadata.uid!);
     const t = this.#act.turn(key, as, ctx, startedMs);
     return await finalizer(as, {
       client: this.#deps.client,
@@ -282,18 +293,58 @@ class AppServiceReconciler {
     return undefined;
   }
 
+  /**
+   * The dependents of an AppService that went without its cleanup (docs/design/finalizer.md,
+   * "Gone without the cleanup"): deleted now rather than left to the garbage collector. It
+   * happens when a delete races the finalizer being added — kube-apiserver can delete an object
+   * whose finalizer a concurrent update just added (kubernetes/kubernetes#77988), which the
+   * finalizer admission policy closes by adding it at create — or when the finalizer is removed
+   * by hand. Only objects controlled by `uid` are deleted (a new AppService of the same name owns
+   * its own); a failure is logged and left to the garbage collector, which removes them by their
+   * ownerReference anyway.
+   */
+  async #sweep(key: string, uid: string, ctx: ReconcileContext, startedMs: number): Promise<void> {
+    const slash = key.indexOf("/");
+    const gone = {
+      apiVersion: APPSERVICES.apiVersion,
+      kind: APPSERVICES.kind,
+      metadata: { namespace: key.slice(0, slash), name: key.slice(slash + 1), uid },
+    } as AppService;
+    const t = this.#act.turn(key, gone, ctx, startedMs);
+    const pdb = this.#deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, uid)[0];
+    try {
+      const left = await cleanupOwned(this.#act, t, pdb);
+      if (left.pods.length > 0 || left.service || left.failures.length > 0) {
+        ctx.logger.warn(
+          "AppService gone without its cleanup (a delete raced the finalizer, or it was removed " +
+            "by hand); deleted what it owned",
+          { pods: left.pods.length, service: left.service, failures: left.failures },
+        );
+      }
+    } catch (err) {
+      rethrowIfAbortive(err);
+      ctx.logger.warn(
+        "AppService gone without its cleanup; its dependents are left to the " +
+          "garbage collector",
+        { error: errorText(err) },
+      );
+    }
+  }
+
   /** The cleanup of a deleted AppService (finalizer.ts `cleanup`): `done` when all is gone. */
   async #cleanup(t: Turn): Promise<ReconcileResult> {
     const { as, ctx: { signal, logger } } = t;
     // `kubectl delete --cascade=orphan`: the garbage collector keeps the dependents; so do we.
     if (as.metadata.finalizers?.includes("orphan")) {
       logger.info("Deleted with propagationPolicy Orphan; leaving Pods and Service in place");
+      this.#cleanupOwed.delete(t.key);
       return Reconcile.done;
     }
     const pdb = this.#deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
     const left = await cleanupOwned(this.#act, t, pdb);
     if (left.failures.length === 0 && left.pods.length === 0 && !left.service) {
       logger.info("Cleanup complete; removing the finalizer");
+      this.#cleanupOwed.delete(t.key);
       return Reconcile.done;
     }
     const { status, message } = cleanupStatus(

@@ -9,8 +9,11 @@
  * 2. operator started: `early` goes away, `live` becomes Ready (Pods, Service);
  * 3. `live` deleted: when it is gone, its Pods and Service are gone (the cleanup ran before the
  *    finalizer was removed; the garbage collector would remove them only afterwards);
- * 4. `quick` created and deleted back to back with the operator running: it goes away and leaves
- *    no Pod or Service behind;
+ * 4. with the policy, `quick` created and deleted back to back with the operator running: it goes
+ *    away and leaves no Pod or Service behind; without it, rounds of that until kube-apiserver's
+ *    delete/finalizer race (kubernetes/kubernetes#77988) removed one with its Pods present twice,
+ *    and the operator's own DELETE of such a Pod is in the audit log (its sweep,
+ *    docs/design/finalizer.md "Gone without the cleanup"), nothing of any round left after;
  * 5. the audit log: the operator's patches of AppServices (not status) received before each
  *    delete, i.e. finalizer adds: none with the policy; one for `live` without (the positive
  *    control of the first).
@@ -136,30 +139,70 @@ for (const withPolicy of [true, false]) {
       });
 
       let quickDeleteMs = 0;
-      await t.step("create and delete back to back with the operator running", async () => {
-        await c.create(AS, appService(ns, "quick", SPEC));
-        quickDeleteMs = Date.now();
-        await c.delete(AS, "quick", { namespace: ns });
-        await waitFor("quick gone", () => gone(ns, "quick"), 60_000, 50);
-        if (withPolicy) {
-          // The finalizer came with the create: the cleanup ran before the object went.
-          assertEquals(await owned(ns, "quick"), []);
-        } else {
-          // Without the policy the operator's finalizer patch races the delete; a Pod made in
-          // that race has been seen right after the AppService went (2 runs of ~6, cause not yet
-          // found: CHANGELOG). Its ownerReference leaves it to the garbage collector.
-          const left = await owned(ns, "quick");
-          if (left.length > 0) console.log(`quick gone, left for the garbage collector: ${left}`);
-          await waitFor(
-            "nothing of quick left",
-            async () => (await owned(ns, "quick")).length === 0,
-            60_000,
+      await t.step(
+        withPolicy
+          ? "create and delete back to back with the operator running"
+          : "create and delete back to back: an AppService the apiserver's race removed has its " +
+            "Pods deleted by the operator",
+        async () => {
+          quickDeleteMs = Date.now();
+          if (withPolicy) {
+            await c.create(AS, appService(ns, "quick", SPEC));
+            await c.delete(AS, "quick", { namespace: ns });
+            await waitFor("quick gone", () => gone(ns, "quick"), 60_000, 50);
+            // The finalizer came with the create: the cleanup ran before the object went.
+            assertEquals(await owned(ns, "quick"), []);
+            // The operator has caught up with the delete: still nothing of quick.
+            await sleep(2_000);
+            assertEquals(await owned(ns, "quick"), []);
+            return;
+          }
+          // Without the policy the operator's finalizer patch races the delete, and kube-apiserver
+          // can answer the patch 200 and still remove the object (kubernetes/kubernetes#77988;
+          // docs/design/finalizer.md): its Pods exist when it is gone. Rounds until that was seen
+          // twice (about 1 in 8 rounds here), at most 40.
+          const racedPods: string[] = [];
+          let raced = 0;
+          let rounds = 0;
+          for (; rounds < 40 && raced < 2; rounds++) {
+            const name = `quick-${rounds}`;
+            await c.create(AS, appService(ns, name, SPEC));
+            await c.delete(AS, name, { namespace: ns });
+            await waitFor(`${name} gone`, () => gone(ns, name), 60_000, 20);
+            const left = await owned(ns, name);
+            const pods = left.filter((x) => x.startsWith("Pod ")).map((x) => x.slice(4));
+            if (pods.length > 0) {
+              raced++;
+              racedPods.push(...pods);
+            }
+            await waitFor(
+              `nothing of ${name} left`,
+              async () => (await owned(ns, name)).length === 0,
+              30_000,
+            );
+          }
+          console.log(`${rounds} rounds; gone with Pods left ${raced} times: ${racedPods}`);
+          if (raced === 0) return; // the race did not happen: nothing more to show this run
+          // Deleted by the operator's sweep (its own DELETE in the audit log), not left to the
+          // garbage collector (kube-controller-manager's user agent, filtered out here).
+          const deletes = (await auditEvents(quickDeleteMs)).filter((e) =>
+            e.verb === "delete" && e.objectRef?.resource === "pods" &&
+            e.objectRef.namespace === ns
           );
-        }
-        // The operator has caught up with the delete: still nothing of quick.
-        await sleep(2_000);
-        assertEquals(await owned(ns, "quick"), []);
-      });
+          const byOperator = racedPods.filter((p) =>
+            deletes.some((e) => e.objectRef?.name === p && e.responseStatus?.code === 200)
+          );
+          assert(
+            byOperator.length > 0,
+            `no Pod of an AppService gone without its cleanup was deleted by the operator: ` +
+              `${racedPods}; its Pod deletes:\n${describe(deletes)}`,
+          );
+          const warned = op!.logs().filter((l) =>
+            String(l.message).startsWith("AppService gone without its cleanup")
+          );
+          assert(warned.length > 0, "no warning line for an AppService gone without its cleanup");
+        },
+      );
 
       await t.step(
         withPolicy
