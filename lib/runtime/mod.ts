@@ -25,6 +25,18 @@
  */
 export { type Clock, FakeClock, realClock } from "./clock.ts";
 export {
+  type Condition,
+  type ConditionInput,
+  type ConditionStatus,
+  conditionTimeNow,
+  findStatusCondition,
+  isStatusConditionFalse,
+  isStatusConditionPresentAndEqual,
+  isStatusConditionTrue,
+  removeStatusCondition,
+  setStatusCondition,
+} from "./conditions.ts";
+export {
   Controller,
   type ControllerDefinition,
   type ControllerOptions,
