@@ -66,12 +66,19 @@ export {
   hasFinalizer,
 } from "./finalizer.ts";
 export {
+  AlreadyOwnedError,
   claim,
   type Claims,
   controllerOf,
   controllerReference,
+  hasControllerReference,
+  hasOwnerReference,
+  InvalidOwnerError,
   isControlledBy,
   type OwnerIdentity,
+  removeOwnerReference,
+  setControllerReference,
+  setOwnerReference,
 } from "./ownership.ts";
 export { type InformerStatus, ListenError, type ServerName } from "./health.ts";
 export { type LeadershipState } from "./leader.ts";
