@@ -115,11 +115,18 @@ export {
   WORKQUEUE_DURATION_BUCKETS,
 } from "./metrics.ts";
 export {
+  allOf,
+  and,
+  annotationsChanged,
   anyOf,
   deletionOrFinalizersChanged,
   generationChanged,
   ignoreDeletes,
+  labelsChanged,
+  not,
+  or,
   type Predicate,
+  resourceVersionChanged,
 } from "./predicates.ts";
 export { type QueueHooks, type QueueOptions, WorkQueue } from "./queue.ts";
 export {
