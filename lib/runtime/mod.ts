@@ -23,6 +23,15 @@
  *
  * @module
  */
+export {
+  apply,
+  type ApplyOptions,
+  createOrPatch,
+  type CreateOrPatchOptions,
+  KeyChangedError,
+  type ObjectKey,
+  type OperationResult,
+} from "./apply.ts";
 export { type Clock, FakeClock, realClock } from "./clock.ts";
 export {
   type Condition,
@@ -80,6 +89,7 @@ export {
   setControllerReference,
   setOwnerReference,
 } from "./ownership.ts";
+export { jsonEqual, type JsonObject, mergePatch } from "./merge_patch.ts";
 export { type InformerStatus, ListenError, type ServerName } from "./health.ts";
 export { type LeadershipState } from "./leader.ts";
 export { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";
