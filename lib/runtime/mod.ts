@@ -3,7 +3,10 @@
  * kube-runtime: shared informers (list + watch into an indexed cache), a keyed work queue with
  * per-key backoff, controllers declared from their primary, owned and watched resources with
  * predicates and a reconcile function, one Lease for leader election, `/healthz` `/readyz`
- * `/metrics` (controller-runtime's metric names), Events and structured logs.
+ * `/metrics` (controller-runtime's metric names), Events and structured logs; and the helpers a
+ * reconcile needs (controller-runtime `controllerutil` and apimachinery `meta`): status conditions,
+ * owner references, server-side apply, create-or-patch, finalizers, predicates and their
+ * composition.
  *
  * A controller in a few lines (see examples/namespace-quota/ for a whole one):
  *
