@@ -23,6 +23,14 @@ const { values } = parseArgs({
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A TCP port free on 127.0.0.1 right now (the kernel's pick), for the operator's servers. */
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
 async function kubectl(binDir: string, kubeconfig: string, args: string[]) {
   const out = await new Deno.Command(join(binDir, "kubectl"), {
     args: [`--kubeconfig=${kubeconfig}`, ...args],
@@ -60,6 +68,8 @@ async function main(): Promise<number> {
 
     console.log("==> starting the operator (deno task start)");
     const perms = await startFlags();
+    const healthPort = freePort();
+    const metricsPort = freePort();
     operator = new Deno.Command(Deno.execPath(), {
       args: [
         "run",
@@ -67,8 +77,8 @@ async function main(): Promise<number> {
         join(REPO, "main.ts"),
         `--kubeconfig=${info.kubeconfig}`,
         "--log-format=console",
-        "--health-probe-bind-address=127.0.0.1:0",
-        "--metrics-bind-address=127.0.0.1:0",
+        `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+        `--metrics-bind-address=127.0.0.1:${metricsPort}`,
       ],
       stdin: "null",
       stdout: "inherit",
@@ -98,11 +108,34 @@ async function main(): Promise<number> {
       return 1;
     }
     console.log(`AppService ${name} is Ready.`);
+    // Its PodDisruptionBudget (replicas >= 2): computed by kube-controller-manager, which may meet
+    // the brand-new kind before its discovery does; the operator asks it again (docs/api.md).
+    const pdbOf = () => k(["get", "pdb", name, "-o", "jsonpath={.status.disruptionsAllowed}"]);
+    if ((await pdbOf()).ok) {
+      let allowed = false;
+      for (let i = 0; i < 120 && !stop.signal.aborted; i++) {
+        const got = await pdbOf();
+        if (Number(got.text.trim()) >= 1) {
+          allowed = true;
+          break;
+        }
+        await sleep(500);
+      }
+      console.log(`\n$ kubectl get pdb ${name}\n${(await k(["get", "pdb", name])).text}`);
+      if (!allowed) {
+        console.log(
+          "Its PodDisruptionBudget allows no eviction yet (see docs/api.md, Disruptions).",
+        );
+      }
+    }
     if (values.once) return 0;
     console.log(
       `\nThe operator keeps running. In another shell:\n  export KUBECONFIG=${info.kubeconfig}\n` +
         `  export PATH=${info.binDir}:"$PATH"   # the control plane's kubectl\n` +
-        `  kubectl get as\nPress Ctrl-C to stop the operator and the control plane.`,
+        `  kubectl get as\n` +
+        `  curl 'http://127.0.0.1:${healthPort}/readyz?verbose'   # its checks\n` +
+        `Its /metrics is https://127.0.0.1:${metricsPort}/metrics, for a token allowed to read it ` +
+        `(docs/security.md).\nPress Ctrl-C to stop the operator and the control plane.`,
     );
     await new Promise<void>((r) =>
       stop.signal.addEventListener("abort", () => r(), { once: true })

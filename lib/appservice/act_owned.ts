@@ -106,16 +106,24 @@ export async function serviceStep(a: Actor, t: Turn, step: ServiceStep): Promise
   }
 }
 
-/** Performs the PodDisruptionBudget step: server-side apply, or delete. */
-export async function pdbStep(a: Actor, t: Turn, step: PdbStep): Promise<void> {
-  if (step.kind === "none") return;
+/**
+ * Performs the PodDisruptionBudget step: server-side apply, or delete.
+ * @returns the apiserver's answer to an apply that went through (to stand for the budget until
+ *   the cache shows it), else undefined
+ */
+export async function pdbStep(
+  a: Actor,
+  t: Turn,
+  step: PdbStep,
+): Promise<PodDisruptionBudget | undefined> {
+  if (step.kind === "none") return undefined;
   const { as, ctx } = t;
   const { events } = a.deps;
   const name = as.metadata.name!;
   try {
     if (step.kind === "apply") {
       const { want, live } = step;
-      await a.deps.client.patch(PODDISRUPTIONBUDGETS, name, want, {
+      const got = await a.deps.client.patch<PodDisruptionBudget>(PODDISRUPTIONBUDGETS, name, want, {
         namespace: as.metadata.namespace,
         type: "apply",
         fieldManager: FIELD_MANAGER,
@@ -132,6 +140,7 @@ export async function pdbStep(a: Actor, t: Turn, step: PdbStep): Promise<void> {
         action: live ? "Update" : "Create",
         note: `${verb} PodDisruptionBudget ${name} (maxUnavailable ${want.spec?.maxUnavailable})`,
       });
+      return got;
     } else {
       await a.deleteIgnoringNotFound("PodDisruptionBudget", step.live, ctx.signal);
       ctx.logger.info("Deleted PodDisruptionBudget");

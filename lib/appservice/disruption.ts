@@ -56,3 +56,38 @@ export function pdbMatches(live: PodDisruptionBudget, want: PodDisruptionBudget)
     l.unhealthyPodEvictionPolicy === w.unhealthyPodEvictionPolicy &&
     isControlledBy(live, want.metadata?.ownerReferences?.[0].uid);
 }
+
+/**
+ * Annotation the operator sets (to the time, RFC 3339) on a PodDisruptionBudget the disruption
+ * controller failed to compute, so that it computes it again: the controller queues a budget on
+ * any change of it, but not again after a failed sync while nothing changes.
+ */
+export const RESYNC_ANNOTATION = "apps.our-org.com/disruption-resync";
+
+/** Delay before the first resync of a failed budget (ms): let the controller's discovery catch up. */
+export const FIRST_RESYNC_DELAY_MS = 5_000;
+
+/** Longest delay between two resyncs of a budget that keeps failing (ms). */
+export const MAX_RESYNC_DELAY_MS = 300_000;
+
+/**
+ * The message of a PodDisruptionBudget the disruption controller failed to compute (condition
+ * `DisruptionAllowed` False with reason `SyncFailed`, policy/v1; its `disruptionsAllowed` is then
+ * 0 and every eviction is refused), or undefined. A common cause: the budget was created right
+ * after the AppService CRD, and kube-controller-manager's discovery did not know the kind yet
+ * (`no matches for kind "AppService"`, Event `CalculateExpectedPodCountFailed`).
+ */
+export function syncFailure(pdb: PodDisruptionBudget): string | undefined {
+  const c = pdb.status?.conditions?.find((x) => x.type === "DisruptionAllowed");
+  return c?.status === "False" && c.reason === "SyncFailed"
+    ? (c.message || "SyncFailed")
+    : undefined;
+}
+
+/**
+ * Delay after resync number `n` (0 = before the first) of a budget that keeps failing (ms):
+ * {@link FIRST_RESYNC_DELAY_MS} doubled each time, at most {@link MAX_RESYNC_DELAY_MS}.
+ */
+export function resyncDelayMs(n: number): number {
+  return Math.min(FIRST_RESYNC_DELAY_MS * 2 ** n, MAX_RESYNC_DELAY_MS);
+}

@@ -90,15 +90,18 @@ import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
 import type { KubeClient } from "../kube/client.ts";
 import { isConflict, isNotFound } from "../kube/errors.ts";
+import { PODDISRUPTIONBUDGETS } from "../kube/resources.ts";
 import { Reconcile, type ReconcileContext, type ReconcileResult } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
 import { finalizer } from "../runtime/finalizer.ts";
 import { errorText } from "../runtime/log.ts";
 import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
+import { isControlledBy } from "../runtime/ownership.ts";
 import { CONTROLLER_UID_INDEX, type Store } from "../runtime/store.ts";
 import { Actor, FIELD_MANAGER, rethrowIfAbortive, type Turn } from "./act.ts";
 import { cleanupOwned, pdbStep, serviceStep } from "./act_owned.ts";
 import { APPSERVICES, FINALIZER } from "./api.ts";
+import { RESYNC_ANNOTATION, resyncDelayMs, syncFailure } from "./disruption.ts";
 import { adoptablePods, nextStep, plan, podsToRelabel, type ReconcilePlan } from "./plan.ts";
 import { ORPHAN_INDEX, orphanKeys, SPEC_HASH_ANNOTATION } from "./pods.ts";
 import { RejectedWrites } from "./rejections.ts";
@@ -159,6 +162,13 @@ export function appServiceReconciler(
   return (key, ctx) => r.reconcile(key, ctx);
 }
 
+/**
+ * How long the answer to a PodDisruptionBudget apply stands for the budget while the cache does
+ * not show it (ms): longer than a watch event takes, short enough that a budget deleted by someone
+ * else before the cache saw it is applied again soon.
+ */
+const APPLIED_PDB_TRUST_MS = 10_000;
+
 /** The reconciler's state between reconciles, and its steps (see the module doc). */
 class AppServiceReconciler {
   #deps: ReconcilerDeps;
@@ -180,6 +190,18 @@ class AppServiceReconciler {
    * dependents are swept ({@link AppServiceReconciler.#sweep}).
    */
   #cleanupOwed = new Map<string, string>();
+  /**
+   * Per AppService key whose PodDisruptionBudget the disruption controller failed to compute:
+   * resyncs asked so far and when the next is due (ms; {@link AppServiceReconciler.#resyncPdb}).
+   */
+  #pdbResync = new Map<string, { n: number; atMs: number }>();
+  /**
+   * Per AppService key, the PodDisruptionBudget this reconciler applied and when (ms), until the
+   * cache shows one of that owner, for at most {@link APPLIED_PDB_TRUST_MS}: a reconcile in
+   * between neither applies it again nor reports it created twice, and a cleanup in between
+   * deletes it.
+   */
+  #appliedPdb = new Map<string, { pdb: PodDisruptionBudget; atMs: number }>();
   #act: Actor;
 
   constructor(deps: ReconcilerDeps) {
@@ -209,6 +231,8 @@ class AppServiceReconciler {
       const uid = this.#cleanupOwed.get(key);
       this.#cleanupOwed.delete(key);
       if (uid) await this.#sweep(key, uid, ctx, startedMs);
+      this.#pdbResync.delete(key);
+      this.#appliedPdb.delete(key);
       this.#written.forget(key);
       this.#seenCauses.delete(key);
       this.#heldStepSince.delete(key);
@@ -311,7 +335,7 @@ class AppServiceReconciler {
       metadata: { namespace: key.slice(0, slash), name: key.slice(slash + 1), uid },
     } as AppService;
     const t = this.#act.turn(key, gone, ctx, startedMs);
-    const pdb = this.#deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, uid)[0];
+    const pdb = this.#ownedPdb(key, uid);
     try {
       const left = await cleanupOwned(this.#act, t, pdb);
       if (left.pods.length > 0 || left.service || left.failures.length > 0) {
@@ -331,6 +355,67 @@ class AppServiceReconciler {
     }
   }
 
+  /**
+   * The PodDisruptionBudget controlled by the AppService of uid `uid`: the cached one, else the
+   * one this reconciler applied and the cache does not show yet.
+   */
+  #ownedPdb(key: string, uid: string): PodDisruptionBudget | undefined {
+    const cached = this.#deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, uid)[0];
+    const a = this.#appliedPdb.get(key);
+    const usable = a !== undefined && isControlledBy(a.pdb, uid) &&
+      this.#now() - a.atMs < APPLIED_PDB_TRUST_MS;
+    if (cached || !usable) this.#appliedPdb.delete(key);
+    return cached ?? (usable ? a.pdb : undefined);
+  }
+
+  /**
+   * Asks the disruption controller to compute the AppService's PodDisruptionBudget again when it
+   * failed to ({@link syncFailure}): a merge patch of {@link RESYNC_ANNOTATION}, first
+   * {@link FIRST_RESYNC_DELAY_MS} after the failure was seen, then with doubling delays while it
+   * keeps failing (docs/api.md, "When the disruption controller cannot compute the budget").
+   * Returns when to look again (ms), Infinity when the budget is computed.
+   */
+  async #resyncPdb(t: Turn): Promise<number> {
+    const { key, as, ctx } = t;
+    const pdb = this.#ownedPdb(key, as.metadata.uid!);
+    const why = pdb && !pdb.metadata?.deletionTimestamp ? syncFailure(pdb) : undefined;
+    if (!pdb || !why) {
+      this.#pdbResync.delete(key);
+      return Infinity;
+    }
+    const nowMs = this.#now();
+    const s = this.#pdbResync.get(key);
+    if (!s) {
+      const atMs = nowMs + resyncDelayMs(0);
+      this.#pdbResync.set(key, { n: 0, atMs });
+      return atMs;
+    }
+    if (nowMs < s.atMs) return s.atMs;
+    s.n++;
+    s.atMs = nowMs + resyncDelayMs(s.n);
+    try {
+      await this.#deps.client.patch(
+        PODDISRUPTIONBUDGETS,
+        pdb.metadata!.name!,
+        { metadata: { annotations: { [RESYNC_ANNOTATION]: new Date(nowMs).toISOString() } } },
+        {
+          namespace: as.metadata.namespace,
+          type: "merge",
+          fieldManager: FIELD_MANAGER,
+          signal: ctx.signal,
+        },
+      );
+      ctx.logger.info(
+        "PodDisruptionBudget not computed by the disruption controller; asked it again",
+        { message: why, attempt: s.n, nextInMs: s.atMs - nowMs },
+      );
+    } catch (err) {
+      rethrowIfAbortive(err);
+      ctx.logger.warn("PodDisruptionBudget resync not written", { error: errorText(err) });
+    }
+    return s.atMs;
+  }
+
   /** The cleanup of a deleted AppService (finalizer.ts `cleanup`): `done` when all is gone. */
   async #cleanup(t: Turn): Promise<ReconcileResult> {
     const { as, ctx: { signal, logger } } = t;
@@ -340,7 +425,7 @@ class AppServiceReconciler {
       this.#cleanupOwed.delete(t.key);
       return Reconcile.done;
     }
-    const pdb = this.#deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0];
+    const pdb = this.#ownedPdb(t.key, as.metadata.uid!);
     const left = await cleanupOwned(this.#act, t, pdb);
     if (left.failures.length === 0 && left.pods.length === 0 && !left.service) {
       logger.info("Cleanup complete; removing the finalizer");
@@ -396,7 +481,7 @@ class AppServiceReconciler {
       appService: as,
       pods: owned,
       service: deps.services.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0],
-      pdb: deps.pdbs?.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!)[0],
+      pdb: this.#ownedPdb(key, as.metadata.uid!),
       pdbs: deps.pdbs !== undefined,
       nowMs: this.#now(),
       failureDue: (pod, slot) => {
@@ -428,7 +513,9 @@ class AppServiceReconciler {
     if (deleted === "gone" || deleted === "closed") return Reconcile.done;
     if (deleted === "stale") return Reconcile.backoff();
     await serviceStep(this.#act, t, p.service);
-    await pdbStep(this.#act, t, p.pdb);
+    const appliedPdb = await pdbStep(this.#act, t, p.pdb);
+    if (appliedPdb) this.#appliedPdb.set(key, { pdb: appliedPdb, atMs: this.#now() });
+    const resyncAtMs = await this.#resyncPdb(t);
 
     // Status, once, from the cache's view before this round's writes (their watch events follow).
     const nowMs = this.#now();
@@ -481,7 +568,7 @@ class AppServiceReconciler {
     const next = nextStep({
       failures: t.failures,
       rejectedDelayMs: t.failures.length > 0 ? this.#rejected.nextDelayMs(key) : undefined,
-      wakeAtMs: report.wakeAtMs,
+      wakeAtMs: Math.min(report.wakeAtMs, resyncAtMs),
       statusDueAtMs,
       statusOutdated,
       nowMs: this.#now(),

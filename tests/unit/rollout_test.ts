@@ -9,7 +9,14 @@ import fc from "fast-check";
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
 import { SPEC_HASH_ANNOTATION } from "../../lib/appservice/pods.ts";
-import { desiredPdb, pdbMatches } from "../../lib/appservice/disruption.ts";
+import {
+  desiredPdb,
+  FIRST_RESYNC_DELAY_MS,
+  MAX_RESYNC_DELAY_MS,
+  pdbMatches,
+  resyncDelayMs,
+  syncFailure,
+} from "../../lib/appservice/disruption.ts";
 import type { AppService } from "../../lib/appservice/schema.ts";
 import {
   isPodAvailable,
@@ -391,4 +398,26 @@ Deno.test("disruption budget: for 2+ replicas the rollout's maxUnavailable, at l
   const pdb = desiredPdb(as({ replicas: 3 }), rolloutParams({ image: "a:1", replicas: 3 }))!;
   assert(pdbMatches(pdb, pdb));
   assert(!pdbMatches({ ...pdb, spec: { ...pdb.spec, maxUnavailable: 2 } }, pdb));
+});
+
+Deno.test("disruption budget: SyncFailed is recognised; resyncs back off from 5 s to 5 min", () => {
+  const cond = (status: string, reason: string, message = "m") =>
+    ({
+      status: { conditions: [{ type: "DisruptionAllowed", status, reason, message }] },
+    }) as unknown as Parameters<typeof syncFailure>[0];
+  assertEquals(
+    syncFailure(cond("False", "SyncFailed", 'no matches for kind "AppService"')),
+    'no matches for kind "AppService"',
+  );
+  assertEquals(syncFailure(cond("False", "InsufficientPods")), undefined, "a budget at its limit");
+  assertEquals(syncFailure(cond("True", "SufficientPods")), undefined);
+  assertEquals(syncFailure({}), undefined, "not computed yet");
+  assertEquals(resyncDelayMs(0), FIRST_RESYNC_DELAY_MS);
+  assertEquals(resyncDelayMs(1), 2 * FIRST_RESYNC_DELAY_MS);
+  fc.assert(fc.property(fc.nat(100), (n) => {
+    const d = resyncDelayMs(n);
+    return d >= FIRST_RESYNC_DELAY_MS && d <= MAX_RESYNC_DELAY_MS &&
+      resyncDelayMs(n + 1) >= d;
+  }));
+  assertEquals(resyncDelayMs(50), MAX_RESYNC_DELAY_MS);
 });
