@@ -129,7 +129,20 @@ function readJunit(path: string): ReturnType<typeof countJunit> {
   }
 }
 
+/** `./scripts/test --help`: what the runner takes, before it starts anything. */
+const USAGE = `usage: ./scripts/test [--no-static] [deno test arguments]
+
+Runs the static checks (fmt, lint, types, CRD freshness; --no-static leaves them out), starts the
+local control plane (APPSERVICE_TEST_CLUSTER_DIR: its folder, default <repo>/.cache/test-cluster;
+binaries from APPSERVICE_CACHE_DIR, built from pinned Go modules when missing), runs every test
+(unit and end-to-end) and ends with "N passed, N failed, N skipped". Other arguments go to
+deno test, e.g. --filter "finalizer policy" to run the tests of that name.`;
+
 async function main(): Promise<number> {
+  if (Deno.args.includes("--help") || Deno.args.includes("-h")) {
+    console.log(USAGE);
+    return 0;
+  }
   const { staticChecks, denoTest: extra } = parseArgs(Deno.args);
   if (staticChecks) {
     await check("fmt", ["fmt", "--check"]);

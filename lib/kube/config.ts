@@ -423,6 +423,8 @@ export function loadClusterConfig(opts: LoadOptions = {}): ClusterConfig {
     }
   }
   throw new ConfigError(
-    "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a cluster (KUBERNETES_SERVICE_HOST)",
+    `no kubeconfig: pass --kubeconfig, set KUBECONFIG, create ${
+      fallback ?? "$HOME/.kube/config"
+    }, or run in a cluster (KUBERNETES_SERVICE_HOST)`,
   );
 }
