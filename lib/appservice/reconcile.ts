@@ -338,13 +338,12 @@ class AppServiceReconciler {
     const pdb = this.#ownedPdb(key, uid);
     try {
       const left = await cleanupOwned(this.#act, t, pdb);
-      if (left.pods.length > 0 || left.service || left.failures.length > 0) {
-        ctx.logger.warn(
-          "AppService gone without its cleanup (a delete raced the finalizer, or it was removed " +
-            "by hand); deleted what it owned",
-          { pods: left.pods.length, service: left.service, failures: left.failures },
-        );
-      }
+      // Logged even when nothing was left (the garbage collector may have been first).
+      ctx.logger.warn(
+        "AppService gone without its cleanup (a delete raced the finalizer, or it was removed " +
+          "by hand); deleted what it owned",
+        { pods: left.pods.length, service: left.service, failures: left.failures },
+      );
     } catch (err) {
       rethrowIfAbortive(err);
       ctx.logger.warn(

@@ -11,8 +11,8 @@
  *    finalizer was removed; the garbage collector would remove them only afterwards);
  * 4. with the policy, `quick` created and deleted back to back with the operator running: it goes
  *    away and leaves no Pod or Service behind; without it, rounds of that until kube-apiserver's
- *    delete/finalizer race (kubernetes/kubernetes#77988) removed one with its Pods present twice,
- *    and the operator's own DELETE of such a Pod is in the audit log (its sweep,
+ *    delete/finalizer race (kubernetes/kubernetes#77988) removed one with its Pods present twice;
+ *    the operator swept each such AppService's objects (its warning line names it;
  *    docs/design/finalizer.md "Gone without the cleanup"), nothing of any round left after;
  * 5. the audit log: the operator's patches of AppServices (not status) received before each
  *    delete, i.e. finalizer adds: none with the policy; one for `live` without (the positive
@@ -142,8 +142,8 @@ for (const withPolicy of [true, false]) {
       await t.step(
         withPolicy
           ? "create and delete back to back with the operator running"
-          : "create and delete back to back: an AppService the apiserver's race removed has its " +
-            "Pods deleted by the operator",
+          : "create and delete back to back: an AppService the apiserver's race removed is " +
+            "swept by the operator",
         async () => {
           quickDeleteMs = Date.now();
           if (withPolicy) {
@@ -162,6 +162,7 @@ for (const withPolicy of [true, false]) {
           // docs/design/finalizer.md): its Pods exist when it is gone. Rounds until that was seen
           // twice (about 1 in 8 rounds here), at most 40.
           const racedPods: string[] = [];
+          const racedNames: string[] = [];
           let raced = 0;
           let rounds = 0;
           for (; rounds < 40 && raced < 2; rounds++) {
@@ -173,6 +174,7 @@ for (const withPolicy of [true, false]) {
             const pods = left.filter((x) => x.startsWith("Pod ")).map((x) => x.slice(4));
             if (pods.length > 0) {
               raced++;
+              racedNames.push(name);
               racedPods.push(...pods);
             }
             await waitFor(
@@ -183,8 +185,21 @@ for (const withPolicy of [true, false]) {
           }
           console.log(`${rounds} rounds; gone with Pods left ${raced} times: ${racedPods}`);
           if (raced === 0) return; // the race did not happen: nothing more to show this run
-          // Deleted by the operator's sweep (its own DELETE in the audit log), not left to the
-          // garbage collector (kube-controller-manager's user agent, filtered out here).
+          // The operator's sweep ran for each (its warning line names the AppService), whoever
+          // deleted the Pods first: the sweep (its DELETE in the audit log) or the garbage
+          // collector (the sweep then finds them being deleted). Without the sweep no such line
+          // exists and this fails.
+          const swept = () =>
+            new Set(
+              op!.logs().filter((l) =>
+                String(l.message).startsWith("AppService gone without its cleanup")
+              ).map((l) => (l.properties as Record<string, unknown>)?.name),
+            );
+          await waitFor(
+            `the sweep of ${racedNames} (swept: ${[...swept()]})`,
+            () => racedNames.every((n) => swept().has(n)),
+            10_000,
+          );
           const deletes = (await auditEvents(quickDeleteMs)).filter((e) =>
             e.verb === "delete" && e.objectRef?.resource === "pods" &&
             e.objectRef.namespace === ns
@@ -192,15 +207,7 @@ for (const withPolicy of [true, false]) {
           const byOperator = racedPods.filter((p) =>
             deletes.some((e) => e.objectRef?.name === p && e.responseStatus?.code === 200)
           );
-          assert(
-            byOperator.length > 0,
-            `no Pod of an AppService gone without its cleanup was deleted by the operator: ` +
-              `${racedPods}; its Pod deletes:\n${describe(deletes)}`,
-          );
-          const warned = op!.logs().filter((l) =>
-            String(l.message).startsWith("AppService gone without its cleanup")
-          );
-          assert(warned.length > 0, "no warning line for an AppService gone without its cleanup");
+          console.log(`deleted by the operator's sweep: ${byOperator} (the rest by the GC)`);
         },
       );
 
