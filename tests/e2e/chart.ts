@@ -9,6 +9,7 @@ import { parseAllDocuments } from "yaml";
 import type { KubeObject } from "../../lib/kube/client.ts";
 import { readClusterInfo } from "../cluster/cluster.ts";
 import { ensureBinaries } from "../cluster/files.ts";
+import { builtPath } from "../cluster/host.ts";
 import { REPO } from "./harness.ts";
 
 /** The chart's folder. */
@@ -36,19 +37,7 @@ let helmPath: Promise<string> | undefined;
  * @throws Error with build_helm.sh's output when it fails
  */
 export function helmBinary(): Promise<string> {
-  helmPath ??= (async () => {
-    const out = await new Deno.Command("bash", {
-      args: [`${REPO}/tests/cluster/build_helm.sh`],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const err = new TextDecoder().decode(out.stderr);
-    if (!out.success) throw new Error(`build_helm.sh failed (exit ${out.code}):\n${err}`);
-    const path = new TextDecoder().decode(out.stdout).trim().split("\n").pop() ?? "";
-    if (!path.startsWith("/")) throw new Error(`build_helm.sh printed no path: ${err}`);
-    return path;
-  })();
+  helmPath ??= builtPath("build_helm.sh");
   return helmPath;
 }
 
