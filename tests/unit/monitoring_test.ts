@@ -3,13 +3,15 @@
  * - the PrometheusRule (deploy/monitoring/prometheus_rule.yaml) carries rules.yaml's groups, the
  *   chart's files/rules.yaml is a copy of rules.yaml, and the chart's PrometheusRule renders them;
  * - every metric name in the rules' and the dashboard's expressions is one lib/runtime/metrics.ts
- *   registers (or Prometheus's own `up`).
+ *   registers (or Prometheus's own `up`); tests/e2e/prometheus_scrape_test.ts checks the same
+ *   names (the same `metricNames`) against a real Prometheus's scrape of the operator.
  */
 import { assert, assertEquals } from "../assert.ts";
 import { parse } from "yaml";
 import { Metrics } from "../../lib/runtime/metrics.ts";
 import { addAppServiceMetrics } from "../../lib/appservice/controller.ts";
 import { helmTemplate, parseObjects } from "../e2e/chart.ts";
+import { metricNames, monitoringExprs } from "../e2e/prometheus.ts";
 
 const REPO = new URL("../../", import.meta.url).pathname;
 const MON = `${REPO}/deploy/monitoring`;
@@ -41,25 +43,6 @@ async function exportedNames(): Promise<Set<string>> {
   return names;
 }
 
-/** PromQL words that are not metric names. */
-const KEYWORDS = new Set(["by", "without", "on", "ignoring", "group_left", "group_right", "and"]
-  .concat(["or", "unless", "bool", "offset"]));
-
-/** The metric names an expression selects: identifiers outside labels, ranges, strings, calls. */
-function metricNames(expr: string): string[] {
-  const stripped = expr
-    .replace(/"[^"]*"/g, "")
-    .replace(/\{[^}]*\}/g, " ")
-    .replace(/\[[^\]]*\]/g, " ")
-    .replace(/\b(by|without|on|ignoring)\s*\([^)]*\)/g, " ");
-  const out: string[] = [];
-  for (const m of stripped.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?/g)) {
-    if (m[2] || KEYWORDS.has(m[1])) continue; // a function call or a keyword
-    out.push(m[1]);
-  }
-  return out;
-}
-
 Deno.test("the PrometheusRule carries rules.yaml's groups", () => {
   const rule = parse(Deno.readTextFileSync(`${MON}/prometheus_rule.yaml`));
   assertEquals(rule.kind, "PrometheusRule");
@@ -79,11 +62,7 @@ Deno.test("the chart's files/rules.yaml is rules.yaml, and its PrometheusRule re
 
 Deno.test("rules and dashboard use only metric names the operator exports", async () => {
   const exported = await exportedNames();
-  const exprs = sourceGroups().flatMap((g) => g.rules.map((r) => r.expr));
-  const dashboard = JSON.parse(Deno.readTextFileSync(`${MON}/dashboard.json`)) as {
-    panels: { targets: { expr: string }[] }[];
-  };
-  exprs.push(...dashboard.panels.flatMap((p) => p.targets.map((t) => t.expr)));
+  const exprs = monitoringExprs().map((e) => e.expr); // rules.yaml's and dashboard.json's
   let used = 0;
   for (const expr of exprs) {
     const names = metricNames(expr);
@@ -99,4 +78,20 @@ Deno.test("rules and dashboard use only metric names the operator exports", asyn
     "not_a_metric_total",
   ]);
   assert(!exported.has("not_a_metric_total"));
+});
+
+Deno.test("metricNames: selectors only, not functions, keywords, durations, numbers or strings", () => {
+  const cases: [string, string[]][] = [
+    ['absent(up{job="a"} == 1)', ["up"]],
+    ["sum by (name) (leader_election_master_status) == 0", ["leader_election_master_status"]],
+    [
+      "histogram_quantile(0.99, sum by (le) (rate(x_seconds_bucket[5m] offset 1h)))",
+      ["x_seconds_bucket"],
+    ],
+    ["a / on (instance) group_left (job) b > bool 1e3", ["a", "b"]],
+    ['max_over_time(q[1h:5m]) or vector(0) unless c{l="sum(x)"}', ["q", "c"]],
+    ['{__name__="by_name", job="j"} + sum (d) + count_values("v", e)', ["by_name", "d", "e"]],
+    ["f and Inf < NaN - g", ["f", "g"]],
+  ];
+  for (const [expr, names] of cases) assertEquals(metricNames(expr), names, expr);
 });
