@@ -56,6 +56,7 @@ export function reflectorReporter(o: ReflectorReporterOptions): (ev: ReflectorEv
   const labels = { resource: resource.plural };
   metrics?.reflectorLists.inc(labels, 0);
   metrics?.reflectorRelists.inc(labels, 0);
+  metrics?.reflectorWatchErrors.inc(labels, 0);
   metrics?.reflectorWatchesOpen.inc(labels, 0);
   return (ev) => {
     switch (ev.type) {
