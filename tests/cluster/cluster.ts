@@ -12,7 +12,7 @@
  * deno run -A tests/cluster/cluster.ts status [--dir D]
  * ```
  *
- * Layout of a cluster folder (default `${APPSERVICE_CACHE_DIR:-<repo>/.cache}/cluster`):
+ * Layout of a cluster folder (default `<repo>/.cache/cluster` (lifecycle.ts `defaultClusterDir`)):
  * `kubeconfig` (admin, context `appservice-local`), `cluster.json` ({@linkcode ClusterInfo}),
  * `audit.log` (Metadata level, every request), `logs/<component>.log`, `pki/`, `etcd/` (data),
  * `run/` (pid files and the supervisor protocol, see supervisor.sh).

@@ -35,7 +35,7 @@ export interface ClusterInfo {
 
 /** Options of {@linkcode startCluster}. */
 export interface StartClusterOptions {
-  /** Cluster folder; default `${APPSERVICE_CACHE_DIR:-<repo>/.cache}/cluster`. */
+  /** Cluster folder; default `<repo>/.cache/cluster` (lifecycle.ts `defaultClusterDir`). */
   dir?: string;
   /** Number of kwok Nodes `kwok-node-0`..`kwok-node-<n-1>`; default {@linkcode DEFAULT_NODES}. */
   nodes?: number;
