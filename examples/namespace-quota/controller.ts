@@ -4,18 +4,22 @@
  * annotation `quota.example.com/pods` overrides the pod count). An edited or deleted quota is put
  * back; removing the label removes the quota.
  *
- * The primary is the Namespace (cluster-scoped, key = its name); the quota is owned through a
- * controller ownerReference, so any change to it enqueues its Namespace.
+ * The primary is the Namespace (cluster-scoped, key = its name); the quota's controller
+ * ownerReference names it, so the quota's creation, deletion or change of spec enqueues its
+ * Namespace. The reconcile builds the desired quota and writes it with a forced server-side apply.
  *
  * @module
  */
 import type { Namespace, ResourceQuota } from "kubernetes-types/core/v1.d.ts";
 import { isNotFound, NAMESPACES, type ResourceType } from "../../lib/kube/mod.ts";
 import {
+  annotationsChanged,
+  apply,
+  jsonEqual,
   type Manager,
+  type Predicate,
   Reconcile,
-  type ReconcileContext,
-  type ReconcileResult,
+  setControllerReference,
 } from "../../lib/runtime/mod.ts";
 
 /** Namespaces with this label get a quota. */
@@ -35,27 +39,29 @@ export const RESOURCE_QUOTAS: ResourceType = {
   namespaced: true,
 };
 
-/** The quota a Namespace should have. */
+/**
+ * The quota a Namespace should have, as the apply configuration: only the fields this controller
+ * owns, the Namespace as its controller (`apply` fills in `apiVersion` and `kind`).
+ */
 export function desiredQuota(ns: Namespace): ResourceQuota {
   const pods = ns.metadata?.annotations?.[PODS_ANNOTATION] ?? "10";
-  return {
-    apiVersion: "v1",
-    kind: "ResourceQuota",
+  const quota: ResourceQuota = {
     metadata: {
       name: QUOTA_NAME,
       namespace: ns.metadata!.name,
       labels: { "app.kubernetes.io/managed-by": MANAGER },
-      ownerReferences: [{
-        apiVersion: "v1",
-        kind: "Namespace",
-        name: ns.metadata!.name!,
-        uid: ns.metadata!.uid!,
-        controller: true,
-      }],
     },
     spec: { hard: { pods, "requests.cpu": "4", "requests.memory": "8Gi" } },
   };
+  // The owner's type is stated: objects of a list (and so of a cache) may lack apiVersion and kind.
+  setControllerReference({ apiVersion: "v1", kind: "Namespace", metadata: ns.metadata! }, quota);
+  return quota;
 }
+
+/** Passes the updates of a quota that change its spec, not the usage its `status` keeps. */
+const specChanged: Predicate<ResourceQuota> = {
+  update: (a, b) => !jsonEqual(a.spec, b.spec),
+};
 
 /** Declares the controller on `manager`. */
 export function addNamespaceQuotaController(manager: Manager): void {
@@ -64,45 +70,36 @@ export function addNamespaceQuotaController(manager: Manager): void {
     labelSelector: `app.kubernetes.io/managed-by=${MANAGER}`,
   });
   const client = manager.client;
-
-  async function reconcile(name: string, ctx: ReconcileContext): Promise<ReconcileResult> {
-    const ns = namespaces.store.get(name);
-    const have = quotas.store.get(`${name}/${QUOTA_NAME}`);
-    if (!ns) {
-      // Not in the cache: the label was removed (or the Namespace is gone). Remove our quota.
-      if (!have) return Reconcile.done;
-      try {
-        await client.delete(RESOURCE_QUOTAS, QUOTA_NAME, { namespace: name, signal: ctx.signal });
-        ctx.logger.info("Quota removed");
-      } catch (err) {
-        if (!isNotFound(err)) throw err;
-      }
-      return Reconcile.done;
-    }
-    // The namespace controller empties it.
-    if (ns.metadata?.deletionTimestamp) return Reconcile.done;
-    const want = desiredQuota(ns);
-    const hard = want.spec!.hard!;
-    const got = have?.spec?.hard ?? {};
-    const same = Object.keys(got).length === Object.keys(hard).length &&
-      Object.entries(hard).every(([k, v]) => got[k] === v);
-    if (have && same) return Reconcile.done;
-    // Server-side apply: creates it, or takes the fields back from whoever changed them.
-    await client.patch(RESOURCE_QUOTAS, QUOTA_NAME, want, {
-      namespace: name,
-      type: "apply",
-      fieldManager: MANAGER,
-      force: true,
-      signal: ctx.signal,
-    });
-    ctx.logger.info(have ? "Quota restored" : "Quota created", { hard });
-    return Reconcile.done;
-  }
-
   manager.add({
     name: "namespace-quota",
     for: namespaces,
-    owns: [{ informer: quotas }],
-    reconcile,
+    predicates: [annotationsChanged], // of a Namespace's updates, only the annotation matters
+    owns: [{ informer: quotas, predicates: [specChanged] }],
+    reconcile: async (name, ctx) => {
+      const ns = namespaces.store.get(name);
+      const have = quotas.store.get(`${name}/${QUOTA_NAME}`);
+      if (!ns) {
+        // Not in the cache: the label was removed (or the Namespace is gone). Remove our quota.
+        if (!have) return Reconcile.done;
+        try {
+          await client.delete(RESOURCE_QUOTAS, QUOTA_NAME, { namespace: name, signal: ctx.signal });
+          ctx.logger.info("Quota removed");
+        } catch (err) {
+          if (!isNotFound(err)) throw err;
+        }
+        return Reconcile.done;
+      }
+      if (ns.metadata?.deletionTimestamp) return Reconcile.done; // terminating: the quota goes too
+      const want = desiredQuota(ns);
+      if (have && jsonEqual(have.spec?.hard, want.spec?.hard)) return Reconcile.done;
+      // Forced server-side apply: creates it, or takes the fields back from whoever changed them.
+      await apply(client, RESOURCE_QUOTAS, want, {
+        fieldManager: MANAGER,
+        force: true,
+        signal: ctx.signal,
+      });
+      ctx.logger.info(have ? "Quota restored" : "Quota created", { hard: want.spec?.hard });
+      return Reconcile.done;
+    },
   });
 }
