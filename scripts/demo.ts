@@ -10,6 +10,7 @@
 import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { startCluster, stateDir, stopCluster } from "../tests/cluster/cluster.ts";
+import { freePort } from "../tests/cluster/host.ts";
 import { startFlags } from "./compile.ts";
 
 const REPO = new URL("../", import.meta.url).pathname.replace(/\/$/, "");
@@ -22,14 +23,6 @@ const { values } = parseArgs({
 });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** A TCP port free on 127.0.0.1 right now (the kernel's pick), for the operator's servers. */
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
-}
 
 async function kubectl(binDir: string, kubeconfig: string, args: string[]) {
   const out = await new Deno.Command(join(binDir, "kubectl"), {

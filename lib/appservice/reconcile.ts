@@ -97,7 +97,7 @@ import { finalizer } from "../runtime/finalizer.ts";
 import { errorText } from "../runtime/log.ts";
 import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import { isControlledBy } from "../runtime/ownership.ts";
-import { CONTROLLER_UID_INDEX, type Store } from "../runtime/store.ts";
+import { CONTROLLER_UID_INDEX, splitKey, type Store } from "../runtime/store.ts";
 import { Actor, FIELD_MANAGER, rethrowIfAbortive, type Turn } from "./act.ts";
 import { cleanupOwned, pdbStep, serviceStep } from "./act_owned.ts";
 import { APPSERVICES, FINALIZER } from "./api.ts";
@@ -328,11 +328,10 @@ class AppServiceReconciler {
    * ownerReference anyway.
    */
   async #sweep(key: string, uid: string, ctx: ReconcileContext, startedMs: number): Promise<void> {
-    const slash = key.indexOf("/");
     const gone = {
       apiVersion: APPSERVICES.apiVersion,
       kind: APPSERVICES.kind,
-      metadata: { namespace: key.slice(0, slash), name: key.slice(slash + 1), uid },
+      metadata: { ...splitKey(key), uid },
     } as AppService;
     const t = this.#act.turn(key, gone, ctx, startedMs);
     const pdb = this.#ownedPdb(key, uid);
