@@ -67,15 +67,19 @@ export async function removeTestNode(c: KubeClient, ns: string, name: string): P
   await c.delete(NODES, name).catch(() => {});
 }
 
-/** The status the test's kubelet writes: Running and Ready, or waiting on ImagePullBackOff. */
-function kubeletStatus(pod: Pod, podIP: string, ready: boolean): PodStatus {
+/**
+ * The status a test's kubelet writes for `pod` (its first container): Running and Ready with
+ * `podIP` (a value, never an address anyone connects to), or Pending, waiting on
+ * ImagePullBackOff, when `ready` is false.
+ */
+export function kubeletStatus(pod: Pod, podIP: string, ready: boolean): PodStatus {
   const now = new Date().toISOString();
   const cond = (type: string) =>
     ready ? { type, status: "True", lastTransitionTime: now } : {
       type,
       status: "False",
       reason: "ContainersNotReady",
-      message: "containers with unready status: [app]",
+      message: `containers with unready status: [${pod.spec!.containers[0].name}]`,
       lastTransitionTime: now,
     };
   return {
@@ -91,7 +95,7 @@ function kubeletStatus(pod: Pod, podIP: string, ready: boolean): PodStatus {
       cond("Ready"),
     ],
     containerStatuses: [{
-      name: "app",
+      name: pod.spec!.containers[0].name,
       image: pod.spec!.containers[0].image!,
       imageID: "",
       ready,
