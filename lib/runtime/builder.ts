@@ -18,6 +18,7 @@ import {
 import type { Metrics } from "./metrics.ts";
 import { passes, type Predicate } from "./predicates.ts";
 import { CONTROLLER_UID_INDEX, controllerUidIndex, objectKey } from "./store.ts";
+import { type EnqueueEvent, enqueueSpan, tracingEnabled } from "./tracing.ts";
 
 /** A built controller and the informers whose sync its workers wait for. */
 export interface BuiltController {
@@ -91,23 +92,38 @@ export function buildController<P extends KubeObject>(
   return { controller, informers: [...new Set(sources.map((w) => w.informer))] };
 }
 
-/** Adds the handler that turns `source`'s cache changes into keys of `controller`'s queue. */
+/**
+ * Adds the handler that turns `source`'s cache changes into keys of `controller`'s queue. With
+ * tracing on, each change that enqueues keys is recorded as one `enqueue` span (tracing.ts) that
+ * the keys' reconciles link to; off, nothing of tracing runs.
+ */
 function feed(controller: Controller, w: Source): void {
   const preds = w.predicates ?? [];
-  const enqueue = (keys: string[]) => {
-    for (const k of keys) controller.enqueue(k);
+  const enqueue = (event: EnqueueEvent["event"], obj: KubeObject, keys: string[]) => {
+    if (keys.length === 0) return;
+    const cause = tracingEnabled()
+      ? enqueueSpan({
+        controller: controller.name,
+        event,
+        resource: w.informer.resource.plural,
+        namespace: obj.metadata?.namespace ?? "",
+        name: obj.metadata?.name ?? "",
+        resourceVersion: obj.metadata?.resourceVersion ?? "",
+        keys: [...new Set(keys)],
+      })
+      : undefined;
+    for (const k of keys) controller.enqueue(k, cause);
   };
   w.informer.store.addHandler({
     add: (obj) => {
-      if (passes(preds, { type: "create", obj })) enqueue(w.map(obj));
+      if (passes(preds, { type: "create", obj })) enqueue("add", obj, w.map(obj));
     },
     update: (oldObj, newObj) => {
       if (!passes(preds, { type: "update", oldObj, newObj })) return;
-      if (w.mapOld) enqueue(w.map(oldObj));
-      enqueue(w.map(newObj));
+      enqueue("update", newObj, w.mapOld ? [...w.map(oldObj), ...w.map(newObj)] : w.map(newObj));
     },
     delete: (obj) => {
-      if (passes(preds, { type: "delete", obj })) enqueue(w.map(obj));
+      if (passes(preds, { type: "delete", obj })) enqueue("delete", obj, w.map(obj));
     },
   });
 }

@@ -49,6 +49,14 @@ import { WorkQueue } from "./queue.ts";
 import type { Reflector } from "./reflector.ts";
 import type { Store } from "./store.ts";
 import type { InformerStatus } from "./health.ts";
+import {
+  endReconcileSpan,
+  type ReconcileSpan,
+  type SpanRef,
+  startReconcileSpan,
+  tracingEnabled,
+  withReconcileSpan,
+} from "./tracing.ts";
 
 /**
  * How long (ms) the workers may hold the event loop with reconciles that resolve without waiting
@@ -310,6 +318,12 @@ export class Controller {
   #seq = 0;
   #fence = new AbortController();
   #active = 0;
+  /**
+   * With tracing on: per key waiting in the queue, the span context of the first watch event
+   * that enqueued it since it was last taken (the one its queue wait counts from); taken by the
+   * reconcile, which links to it.
+   */
+  #enqueuedBy = new Map<string, SpanRef>();
 
   /**
    * A controller with its queue (and its metrics series at 0); workers start with
@@ -362,8 +376,13 @@ export class Controller {
     return this.#active;
   }
 
-  /** Adds a key (deduplicated). */
-  enqueue(key: string): void {
+  /**
+   * Adds a key (deduplicated). `cause`: with tracing on, the span context of the watch event that
+   * enqueued it (tracing.ts `enqueueSpan`); the key's next reconcile links to the first cause
+   * given since the key was last taken, later ones are dropped (the queue keeps one entry per key).
+   */
+  enqueue(key: string, cause?: SpanRef): void {
+    if (cause && !this.#enqueuedBy.has(key)) this.#enqueuedBy.set(key, cause);
     this.queue.add(key);
   }
 
@@ -434,11 +453,27 @@ export class Controller {
     const o = this.#o;
     const reconcileID = crypto.randomUUID();
     const slash = key.indexOf("/");
-    const logger = this.#log.with({
-      namespace: slash >= 0 ? key.slice(0, slash) : "",
-      name: slash >= 0 ? key.slice(slash + 1) : key,
-      reconcileID,
-    });
+    const namespace = slash >= 0 ? key.slice(0, slash) : "";
+    const name = slash >= 0 ? key.slice(slash + 1) : key;
+    // Tracing off: no span, no context, no OpenTelemetry call (tracing.ts's contract).
+    let span: ReconcileSpan | undefined;
+    if (tracingEnabled()) {
+      const enqueuedBy = this.#enqueuedBy.get(key);
+      this.#enqueuedBy.delete(key);
+      span = startReconcileSpan({
+        controller: this.name,
+        key,
+        namespace,
+        name,
+        reconcileID,
+        enqueuedBy,
+      });
+    }
+    const logger = this.#log.with(
+      span
+        ? { namespace, name, reconcileID, traceID: span.traceID, spanID: span.spanID }
+        : { namespace, name, reconcileID },
+    );
     const timeout = o.reconcileTimeoutMs ? AbortSignal.timeout(o.reconcileTimeoutMs) : undefined;
     const signal = AbortSignal.any(timeout ? [this.#fence.signal, timeout] : [this.#fence.signal]);
     // The bound ran out before anything else aborted the reconcile (controller-runtime counts a
@@ -447,18 +482,23 @@ export class Controller {
       timeout !== undefined && signal.aborted && signal.reason === timeout.reason;
     const started = performance.now();
     let result: "success" | "error" | "requeue" | "requeue_after" = "success";
+    let requeueAfterMs: number | undefined;
+    let errorMessage: string | undefined;
     const ctx: ReconcileContext = { signal, reconcileID, logger };
     this.#active++;
     this.#updateGauges();
     try {
-      const r = await o.reconcile(key, ctx);
+      const r = await (span
+        ? withReconcileSpan(span, () => o.reconcile(key, ctx))
+        : o.reconcile(key, ctx));
       if (r.kind === "after" && r.ms > 0) {
         result = "requeue_after";
+        requeueAfterMs = r.ms;
         this.queue.forget(key);
         this.queue.addAfter(key, r.ms);
       } else if (r.kind === "backoff") {
         result = "requeue";
-        this.queue.addRateLimited(key, r.minMs);
+        requeueAfterMs = this.queue.addRateLimited(key, r.minMs);
       } else {
         this.queue.forget(key);
       }
@@ -475,6 +515,7 @@ export class Controller {
         this.queue.forget(key);
       }
       if (decision?.expected) {
+        requeueAfterMs = delayMs;
         result = (next.kind === "after" && next.ms > 0) ||
             (next.kind === "backoff" && next.minMs > 0)
           ? "requeue_after"
@@ -485,6 +526,7 @@ export class Controller {
         });
       } else {
         result = "error";
+        requeueAfterMs = delayMs;
         const panic = isPanic(err);
         this.#countError(next.kind === "terminal", panic);
         // While the apiserver is known unreachable, the outage is told once (by whoever fails
@@ -501,6 +543,7 @@ export class Controller {
           ...(next.kind === "terminal" ? { terminal: true } : {}),
           ...(panic ? { panic: true, stack: err instanceof Error ? err.stack : undefined } : {}),
         };
+        errorMessage = fields.error;
         if (!down || !o.health) logger.error("Reconciler error", fields);
         else if (claimed) logger.warn(MESSAGES.reconcileUnreachable, fields);
         else logger.debug("Reconciler error", fields);
@@ -513,6 +556,14 @@ export class Controller {
         (performance.now() - started) / 1000,
       );
       o.metrics?.reconcileTotal.inc({ controller: this.name, result });
+      if (span) {
+        endReconcileSpan(span, {
+          result,
+          requeue: requeueAfterMs !== undefined,
+          requeueAfterMs,
+          error: errorMessage,
+        });
+      }
       this.queue.done(key);
       this.#updateGauges();
     }

@@ -164,3 +164,13 @@ export {
   type StoreHandler,
   type StoreOptions,
 } from "./store.ts";
+export {
+  type EnqueueEvent,
+  enqueueSpan,
+  type RequestTarget,
+  requestTarget,
+  type SpanRef,
+  TRACER_NAME,
+  traceRequest,
+  tracingEnabled,
+} from "./tracing.ts";

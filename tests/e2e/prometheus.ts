@@ -8,8 +8,9 @@
  * @module
  */
 import { parse as parseYaml } from "yaml";
-import { builtPath, freePort, stopChild } from "../cluster/host.ts";
+import { builtPath, freePort } from "../cluster/host.ts";
 import { REPO, waitFor } from "./harness.ts";
+import { spawnTool } from "./tool_process.ts";
 
 /** deploy/monitoring/: the rules, their promtool tests, the ServiceMonitor, the dashboard. */
 export const MONITORING = `${REPO}/deploy/monitoring`;
@@ -241,31 +242,14 @@ export async function startPrometheus(
 ): Promise<PrometheusServer> {
   const port = freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = new Deno.Command(`${await prometheusDir()}/prometheus`, {
-    args: [
-      `--config.file=${configFile}`,
-      `--storage.tsdb.path=${dataDir}`,
-      `--web.listen-address=127.0.0.1:${port}`,
-    ],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  let logs = "";
-  const dec = new TextDecoder();
-  const pump = async (s: ReadableStream<Uint8Array>) => {
-    for await (const chunk of s) logs += dec.decode(chunk, { stream: true });
-  };
-  const pumps = Promise.all([pump(child.stdout), pump(child.stderr)]);
-  const status = child.status.then(async (s) => {
-    await pumps;
-    return s;
-  });
-  let exited = false;
-  status.then(() => exited = true);
+  const tool = spawnTool(`${await prometheusDir()}/prometheus`, [
+    `--config.file=${configFile}`,
+    `--storage.tsdb.path=${dataDir}`,
+    `--web.listen-address=127.0.0.1:${port}`,
+  ]);
   const server: PrometheusServer = {
     url,
-    logs: () => logs,
+    logs: tool.logs,
     async api<T>(path: string, params: Record<string, string | string[]> = {}) {
       const q = new URLSearchParams();
       for (const [k, v] of Object.entries(params)) {
@@ -280,18 +264,20 @@ export async function startPrometheus(
       }
       return body.data;
     },
-    stop: () => stopChild(child, status, "SIGTERM", 30_000),
+    stop: tool.stop,
   };
   try {
     await waitFor("Prometheus /-/ready", async () => {
-      if (exited) throw new Error("exited");
+      if (tool.exited()) throw new Error("exited");
       const r = await fetch(`${url}/-/ready`, { signal: AbortSignal.timeout(5_000) });
       await r.body?.cancel();
       return r.status === 200;
     }, 60_000);
   } catch (err) {
     await server.stop();
-    throw new Error(`prometheus did not start: ${(err as Error).message}\n${logs.slice(-3000)}`);
+    throw new Error(
+      `prometheus did not start: ${(err as Error).message}\n${tool.logs().slice(-3000)}`,
+    );
   }
   return server;
 }
