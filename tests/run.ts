@@ -2,8 +2,10 @@
  * The whole test suite, as `deno task test` (and so `.ci/run`) runs it:
  * 1. static checks — `deno fmt --check`, `deno lint`, `deno check`, CRD freshness — each counted
  *    as one test (left out only with `--no-static`);
- * 2. a fresh local control plane (tests/cluster) in `.cache/test-cluster`;
- * 3. `deno test` over tests/unit and tests/e2e with the cluster's folder in
+ * 2. a fresh local control plane (`startControlPlane` of lib/testing, the `./testing` entry module)
+ *    in `.cache/test-cluster`;
+ * 3. `deno test` over tests/unit, tests/e2e and examples/ (the example controllers' own tests,
+ *    which start control planes of their own) with the suite cluster's folder in
  *    `APPSERVICE_TEST_CLUSTER_DIR`;
  * 4. the control plane stopped again, also on failure or Ctrl-C;
  * 5. the test steps counted on one line (`steps: N passed, N failed, N skipped`), then the
@@ -18,7 +20,8 @@
  * @module
  */
 import { join } from "node:path";
-import { startCluster, stateDir, stopCluster } from "./cluster/cluster.ts";
+import { type ControlPlane, startControlPlane, stopCluster } from "../lib/testing/mod.ts";
+import { stateDir } from "./cluster/cluster.ts";
 
 const REPO = new URL("../", import.meta.url).pathname.replace(/\/$/, "");
 const deno = Deno.execPath();
@@ -157,17 +160,24 @@ async function main(): Promise<number> {
   const onSig = () => stop.abort();
   Deno.addSignalListener("SIGINT", onSig);
   Deno.addSignalListener("SIGTERM", onSig);
-  let started = false;
+  let plane: ControlPlane | undefined;
   try {
     const t0 = performance.now();
     console.log(`starting the local control plane in ${dir} ...`);
-    await startCluster({ dir, signal: stop.signal });
-    started = true;
+    plane = await startControlPlane({ dir, signal: stop.signal });
     console.log(`control plane up in ${((performance.now() - t0) / 1000).toFixed(1)}s`);
     const junit = join(dir, "junit.xml");
     await Deno.remove(junit).catch(() => {});
     const child = new Deno.Command(deno, {
-      args: ["test", "-A", `--junit-path=${junit}`, ...extra, "tests/unit", "tests/e2e"],
+      args: [
+        "test",
+        "-A",
+        `--junit-path=${junit}`,
+        ...extra,
+        "tests/unit",
+        "tests/e2e",
+        "examples",
+      ],
       cwd: REPO,
       // Plain text (no ANSI colours) when the output goes to a file or a pipe.
       env: Deno.stdout.isTerminal()
@@ -198,8 +208,10 @@ async function main(): Promise<number> {
     failed++;
     console.log(`test run failed: ${(err as Error).message}`);
   } finally {
-    if (started || stop.signal.aborted) {
-      await stopCluster(dir).catch((err) => console.log(`stopping the cluster: ${err}`));
+    if (plane || stop.signal.aborted) {
+      await (plane ? plane.stop() : stopCluster(dir)).catch((err) =>
+        console.log(`stopping the cluster: ${err}`)
+      );
     }
     Deno.removeSignalListener("SIGINT", onSig);
     Deno.removeSignalListener("SIGTERM", onSig);

@@ -5,11 +5,16 @@
 
 import { parseArgs } from "node:util";
 import { join, resolve } from "node:path";
-import { withApi } from "./api.ts";
-import { type ClusterInfo, COMPONENTS, DEFAULT_NODES, WATCHDOG } from "./config.ts";
-import { defaultClusterDir, readClusterInfo, startCluster, stopCluster } from "./lifecycle.ts";
-import { belongsTo, isAlive, readPidFile } from "./processes.ts";
-import { errorText } from "./util.ts";
+import { withApi } from "../../lib/testing/api.ts";
+import { type ClusterInfo, COMPONENTS, DEFAULT_NODES, WATCHDOG } from "../../lib/testing/config.ts";
+import {
+  defaultClusterDir,
+  readClusterInfo,
+  startCluster,
+  stopCluster,
+} from "../../lib/testing/lifecycle.ts";
+import { belongsTo, isAlive, readPidFile } from "../../lib/testing/processes.ts";
+import { errorText } from "../../lib/testing/util.ts";
 
 /** The shell lines that point kubectl (and the operator) at a cluster: KUBECONFIG and PATH. */
 function exportLines(info: ClusterInfo): string {

@@ -1,9 +1,13 @@
 /**
- * The local control plane for tests and benchmarks: etcd, kube-apiserver, kube-controller-manager,
- * kube-scheduler and kwok (simulated Nodes whose Pods become Running and Ready) on 127.0.0.1.
- *
- * Module API: {@linkcode startCluster}, {@linkcode stopCluster}, {@linkcode restartApiserver},
- * {@linkcode compactEtcd}, {@linkcode readClusterInfo}. CLI:
+ * The command line of the local control plane, and the module the repository's tests, benchmarks
+ * and demo import it from. The control plane itself — etcd, kube-apiserver,
+ * kube-controller-manager, kube-scheduler and kwok on 127.0.0.1, its binaries, certificates,
+ * supervisor and folder layout — is the `./testing` entry module, lib/testing/ (mod.ts: the
+ * documented API; lifecycle.ts: {@linkcode startCluster} and the other functions re-exported
+ * here). This folder adds what only this repository needs: the CLI (cli.ts), the repository's
+ * folders ({@linkcode stateDir}, {@linkcode defaultClusterDir}), host.ts (helpers for programs run
+ * beside it), finalizer_policy.ts (deploy/'s policy installed on it) and the build scripts of the
+ * other tools the tests use (build_helm.sh, build_prometheus.sh).
  *
  * ```sh
  * deno run -A tests/cluster/cluster.ts up [--nodes N] [--dir D]   # build, start, leave running
@@ -12,34 +16,15 @@
  * deno run -A tests/cluster/cluster.ts status [--dir D]
  * ```
  *
- * Layout of a cluster folder (default `<repo>/.cache/cluster` (lifecycle.ts `defaultClusterDir`)):
- * `kubeconfig` (admin, context `appservice-local`), `cluster.json` ({@linkcode ClusterInfo}),
- * `audit.log` (Metadata level, every request), `logs/<component>.log`, `pki/`, `etcd/` (data),
- * `run/` (pid files and the supervisor protocol, see supervisor.sh).
- *
- * Processes: every component runs in its own process group (setsid), started and reaped by a small
- * bash supervisor (supervisor.sh, pid under `pids.watchdog`). The supervisor tears the cluster down
- * when the process that called {@linkcode startCluster} dies (test failure, Ctrl-C), unless the
- * cluster was started by the CLI `up`, and in any case after
- * {@linkcode WATCHDOG_MAX_LIFETIME_SECONDS}.
- *
- * Test sanitizers: the supervisor is a child process of the calling Deno process until
- * {@linkcode stopCluster} reaps it, so start and stop the cluster within one test (with steps) or
- * turn `sanitizeResources`/`sanitizeOps` off for the tests that start and stop it.
- *
- * Modules, one concern each: config.ts (types, versions, timeouts, paths), lifecycle.ts (the public
- * API), files.ts (binaries, ports, the cluster folder), pki.ts (certificates), argv.ts (component
- * command lines), processes.ts (supervisor and process groups), api.ts (etcd gateway and API
- * server), util.ts (small helpers), cli.ts (the command line). This file is the entry: it
- * re-exports the public API, so `import ... from "tests/cluster/cluster.ts"` keeps working, and
- * runs the CLI. docs/testing.md describes the local control plane for people.
- *
- * Uses Deno APIs and `node:` builtins only, plus the openssl, bash and setsid commands.
+ * Layout of a cluster folder (default `<repo>/.cache/cluster`): `kubeconfig` (admin, context
+ * `appservice-local`), `cluster.json` ({@linkcode ClusterInfo}), `audit.log` (Metadata level, every
+ * request), `logs/<component>.log`, `pki/`, `etcd/` (data), `run/` (pid files and the supervisor
+ * protocol, see lib/testing/supervisor.sh), `users/` (kubeconfigs made by `kubeconfigFor`).
+ * docs/testing.md describes the local control plane for people.
  * @module
  */
 
 export {
-  type ClusterInfo,
   CONTEXT_NAME,
   DEFAULT_NODES,
   KWOK_NODE_ANNOTATION,
@@ -47,10 +32,10 @@ export {
   POD_CIDR,
   SERVICE_ACCOUNT_ISSUER,
   SERVICE_CIDR,
-  type StartClusterOptions,
   VERSIONS,
   WATCHDOG_MAX_LIFETIME_SECONDS,
-} from "./config.ts";
+} from "../../lib/testing/config.ts";
+export type { ClusterInfo, StartClusterOptions } from "../../lib/testing/config.ts";
 export {
   cacheDir,
   compactEtcd,
@@ -60,8 +45,8 @@ export {
   startCluster,
   stateDir,
   stopCluster,
-} from "./lifecycle.ts";
-export { issueCertificate, type IssueCertificateOptions } from "./pki.ts";
+} from "../../lib/testing/lifecycle.ts";
+export { issueCertificate, type IssueCertificateOptions } from "../../lib/testing/pki.ts";
 
 import { cli } from "./cli.ts";
 

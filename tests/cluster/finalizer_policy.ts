@@ -19,7 +19,7 @@ import {
   MUTATING_ADMISSION_POLICIES,
   MUTATING_ADMISSION_POLICY_BINDINGS,
 } from "../../lib/appservice/policy.ts";
-import { REPO } from "./config.ts";
+import { REPO } from "../../lib/testing/config.ts";
 
 /** Label of a namespace the tests' binding leaves out (value {@link WITHOUT_POLICY_VALUE}). */
 export const WITHOUT_POLICY_LABEL = "e2e.our-org.com/finalizer-policy";

@@ -9,7 +9,7 @@
 
 import { startFlags } from "../../scripts/compile.ts";
 
-import { REPO } from "./config.ts";
+import { REPO } from "../../lib/testing/config.ts";
 
 export { REPO };
 

@@ -5,31 +5,10 @@
  * @module
  */
 import { AssertionError } from "../assert.ts";
-import { cluster } from "./harness.ts";
+import type { AuditEvent } from "../../lib/testing/mod.ts";
+import { controlPlane } from "./harness.ts";
 
-/** One audit event (the fields the tests read). */
-export interface AuditEvent {
-  verb: string;
-  requestURI: string;
-  userAgent?: string;
-  /** `extra` holds e.g. the Pod name of a bound ServiceAccount token. */
-  user?: { username?: string; extra?: Record<string, string[]> };
-  objectRef?: {
-    apiGroup?: string;
-    resource?: string;
-    subresource?: string;
-    namespace?: string;
-    name?: string;
-  };
-  responseStatus?: { code?: number };
-  /** Unique id of the request; the apiserver also answers it in the `Audit-Id` header. */
-  auditID?: string;
-  /** When the apiserver received the request (RFC 3339, microseconds). */
-  requestReceivedTimestamp?: string;
-  /** e.g. `authorization.k8s.io/decision`: `allow` or `forbid`. */
-  annotations?: Record<string, string>;
-  stageTimestamp: string;
-}
+export type { AuditEvent };
 
 /** Verbs that change state. */
 export const WRITE_VERBS = new Set(["create", "update", "patch", "delete", "deletecollection"]);
@@ -51,20 +30,7 @@ export async function auditEvents(
   sinceMs: number,
   agentPrefix = "appservice-operator/",
 ): Promise<AuditEvent[]> {
-  await new Promise((r) => setTimeout(r, 300));
-  const info = await cluster();
-  const text = await Deno.readTextFile(`${info.dir}/audit.log`);
-  const out: AuditEvent[] = [];
-  for (const line of text.split("\n")) {
-    if (!line.includes(agentPrefix)) continue;
-    try {
-      const e = JSON.parse(line) as AuditEvent;
-      if (!e.userAgent?.startsWith(agentPrefix)) continue;
-      if (Date.parse(e.stageTimestamp) < sinceMs) continue;
-      out.push(e);
-    } catch { /* a partial last line */ }
-  }
-  return out;
+  return await (await controlPlane()).auditEvents({ sinceMs, userAgentPrefix: agentPrefix });
 }
 
 /** Write requests (create/update/patch/delete) of the operator at or after `sinceMs`. */

@@ -8,8 +8,7 @@
  */
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import { parse as parseYaml, stringify } from "yaml";
-import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
-import { loadClusterConfig } from "../../lib/kube/config.ts";
+import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
 import {
   CRDS,
@@ -20,7 +19,8 @@ import {
   SERVICES,
 } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES, FINALIZER } from "../../lib/appservice/schema.ts";
-import { type ClusterInfo, readClusterInfo } from "../cluster/cluster.ts";
+import { type ClusterInfo, connectControlPlane, type ControlPlane } from "../../lib/testing/mod.ts";
+import { defaultClusterDir } from "../cluster/cluster.ts";
 import {
   applyFinalizerPolicy,
   WITHOUT_POLICY_LABEL,
@@ -32,28 +32,34 @@ import { AssertionError, isAssertionError } from "../assert.ts";
 // Shared with bench/ (which must not import this harness): see tests/cluster/host.ts.
 export { freePort, REPO, startPermissionFlags, stopChild };
 
-/** The running test cluster, or an Error telling how to start one. */
-export async function cluster(): Promise<ClusterInfo> {
-  const dir = Deno.env.get("APPSERVICE_TEST_CLUSTER_DIR");
-  const info = await readClusterInfo(dir);
-  if (!info) {
+let plane: ControlPlane | undefined;
+
+/**
+ * The running test control plane (lib/testing's {@link ControlPlane}, connected to the folder in
+ * `APPSERVICE_TEST_CLUSTER_DIR`, else `deno task cluster:up`'s default), or an Error telling how
+ * to start one. Its admin client has the user agent `appservice-e2e`.
+ */
+export async function controlPlane(): Promise<ControlPlane> {
+  if (plane) return plane;
+  const dir = Deno.env.get("APPSERVICE_TEST_CLUSTER_DIR") || defaultClusterDir();
+  try {
+    plane = await connectControlPlane(dir, { clientOptions: { userAgent: "appservice-e2e" } });
+  } catch {
     throw new Error(
       "no local control plane: run the tests with `deno task test` (or start one with `deno task cluster:up` and set APPSERVICE_TEST_CLUSTER_DIR)",
     );
   }
-  return info;
+  return plane;
 }
 
-let adminClient: KubeClient | undefined;
+/** What the running test control plane's `cluster.json` records (see {@link controlPlane}). */
+export async function cluster(): Promise<ClusterInfo> {
+  return (await controlPlane()).info;
+}
 
-/** An admin client for the test cluster (cached). */
+/** An admin client for the test cluster (the same one on every call). */
 export async function admin(): Promise<KubeClient> {
-  if (adminClient) return adminClient;
-  const info = await cluster();
-  adminClient = new KubeClient(loadClusterConfig({ kubeconfig: info.kubeconfig }), {
-    userAgent: "appservice-e2e",
-  });
-  return adminClient;
+  return (await controlPlane()).client();
 }
 
 /** Sleeps `ms`. */

@@ -1,8 +1,10 @@
 /**
  * Layers only look down (docs/architecture.md): lib/kube imports nothing of lib/runtime, lib/appservice or
- * the entry points; lib/runtime nothing of lib/appservice or the entry points; the example
- * controllers under examples/ reach the library only through its entry modules (lib/kube/mod.ts,
- * lib/runtime/mod.ts), which is what makes them proof that the public surface suffices. The import
+ * the entry points; lib/runtime nothing of lib/appservice or the entry points; lib/testing (the
+ * local control plane, `./testing`) nothing but lib/kube; the example controllers under examples/
+ * (and their tests) reach the library only through its entry modules (lib/kube/mod.ts,
+ * lib/runtime/mod.ts, lib/testing/mod.ts), which is what makes them proof that the public surface
+ * suffices. The import
  * specifiers (static `import`/`export ... from`, side-effect imports, dynamic `import("...")`) of
  * every .ts file under lib/ and examples/ are parsed and resolved against the file.
  */
@@ -49,6 +51,7 @@ function layerOf(u: URL): string {
 const ALLOWED: Record<string, string[]> = {
   kube: [],
   runtime: ["kube"],
+  testing: ["kube"],
 };
 
 Deno.test("layering: the import parser finds what a file imports", () => {
@@ -76,7 +79,7 @@ Deno.test("layering: the import parser finds what a file imports", () => {
   ]);
 });
 
-Deno.test("layering: lib/kube and lib/runtime import nothing from the layers above them", () => {
+Deno.test("layering: lib/kube, lib/runtime and lib/testing import nothing from the layers above them", () => {
   const violations: string[] = [];
   let checked = 0;
   for (const file of tsFiles(LIB)) {
@@ -94,11 +97,20 @@ Deno.test("layering: lib/kube and lib/runtime import nothing from the layers abo
   }
   // The runtime imports the client, so a parser that found nothing would fail here.
   assert(checked > 20, `only ${checked} relative imports found under lib/kube and lib/runtime`);
+  // lib/testing's client comes from lib/kube: a parser that missed it would pass vacuously.
+  assert(
+    tsFiles(new URL("testing/", LIB)).some((f) =>
+      importSpecifiers(Deno.readTextFileSync(f)).includes("../kube/mod.ts")
+    ),
+    "no import of ../kube/mod.ts found under lib/testing",
+  );
   assertEquals(violations, []);
 });
 
-Deno.test("layering: examples import the library only through lib/kube/mod.ts and lib/runtime/mod.ts", () => {
-  const entries = ["lib/kube/mod.ts", "lib/runtime/mod.ts"].map((p) => new URL(p, REPO).href);
+Deno.test("layering: examples import the library only through its entry modules", () => {
+  const entries = ["lib/kube/mod.ts", "lib/runtime/mod.ts", "lib/testing/mod.ts"].map((p) =>
+    new URL(p, REPO).href
+  );
   const violations: string[] = [];
   let checked = 0;
   for (const file of tsFiles(new URL("examples/", REPO))) {

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Makes sure the pinned control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, kwok) exist in a cache folder keyed by their versions, building the
-# missing ones from the Go modules in tests/cluster/build/. Prints one line per binary on stderr
-# and the bin folder as the LAST line of stdout, so callers can do `bin=$(tests/cluster/build.sh |
+# missing ones from the Go modules in lib/testing/build/. Prints one line per binary on stderr
+# and the bin folder as the LAST line of stdout, so callers can do `bin=$(lib/testing/build.sh |
 # tail -n1)`.
+#
+# Usage: build.sh [NAME...]   NAME: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+#                             kubectl, kwok; default all six. Only the named ones are looked for
+#                             and built (a control plane of etcd and kube-apiserver alone needs no
+#                             Go when KUBEBUILDER_ASSETS has both).
 #
 # Environment:
 #   APPSERVICE_CACHE_DIR  cache root (default: <repo>/.cache); binaries go to
@@ -17,6 +22,17 @@
 # An interrupted build never leaves a partial binary: each build goes to a temporary folder next
 # to the cache folder and is renamed into place only when complete.
 set -euo pipefail
+
+readonly ALL_NAMES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+declare -A wanted=()
+if (($# == 0)); then set -- "${ALL_NAMES[@]}"; fi
+for name; do
+  case " ${ALL_NAMES[*]} " in
+    *" $name "*) wanted[$name]=1 ;;
+    *) printf 'build.sh: unknown binary %s (one of: %s)\n' "$name" "${ALL_NAMES[*]}" >&2 && exit 2 ;;
+  esac
+done
+want() { [[ -n ${wanted[$1]:-} ]]; }
 
 readonly K8S_VERSION=v1.36.3
 readonly ETCD_VERSION=v3.6.16
@@ -112,7 +128,7 @@ build() {
   for pkg in "$@"; do names+=("${pkg##*/}"); done
   find_go "${names[@]}"
   tmp=$(mktemp -d "$bin/.build.XXXXXX")
-  say "${names[*]}: building from tests/cluster/build/$mod ..."
+  say "${names[*]}: building from lib/testing/build/$mod ..."
   start=$SECONDS
   # In the background and in a process group of its own, so that a signal to this script is
   # handled at once and cleanup stops go build together with its compilers and linkers.
@@ -142,15 +158,18 @@ report_cached() {
 }
 
 # etcd
-if usable etcd; then
+if ! want etcd; then
+  :
+elif usable etcd; then
   report_cached etcd
 else
-  build etcd "-s -w" appservice-operator/tests/cluster/build/etcd
+  build etcd "-s -w" appservice-operator/lib/testing/build/etcd
 fi
 
 # Kubernetes: one go build for all missing ones, they share most packages.
 kube_missing=()
 for name in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  want "$name" || continue
   if usable "$name"; then report_cached "$name"; else kube_missing+=("k8s.io/kubernetes/cmd/$name"); fi
 done
 # What Kubernetes' own build (hack/lib/version.sh) stamps, minus the git commit we do not know;
@@ -164,6 +183,8 @@ done
 ((${#kube_missing[@]} == 0)) || build kube "$kube_ldflags" "${kube_missing[@]}"
 
 # kwok
-if usable kwok; then report_cached kwok; else build kwok "-s -w" sigs.k8s.io/kwok/cmd/kwok; fi
+if ! want kwok; then
+  :
+elif usable kwok; then report_cached kwok; else build kwok "-s -w" sigs.k8s.io/kwok/cmd/kwok; fi
 
 printf '%s\n' "$bin"

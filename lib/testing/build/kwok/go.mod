@@ -1,5 +1,5 @@
 // Builds the pinned kwok (simulated nodes and Pods) from the Go module proxy.
-module appservice-operator/tests/cluster/build/kwok
+module appservice-operator/lib/testing/build/kwok
 
 go 1.26.0
 

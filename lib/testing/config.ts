@@ -1,5 +1,6 @@
 /**
  * The local control plane's shared shape: ClusterInfo, options, versions, timeouts and paths.
+ * Part of the `./testing` entry module (mod.ts); docs/testing.md describes the control plane.
  * @module
  */
 
@@ -31,14 +32,37 @@ export interface ClusterInfo {
   pids: Record<string, number>;
   /** Full argv of kube-apiserver, binary path first; {@linkcode restartApiserver} reuses it. */
   apiserverArgs: string[];
+  /**
+   * Which components run ({@linkcode ControlPlaneComponents}); absent in a `cluster.json`
+   * written before the option existed, which means `"full"`.
+   */
+  components?: ControlPlaneComponents;
 }
+
+/**
+ * The components a control plane runs:
+ * - `"full"`: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with its
+ *   simulated Nodes (Pods are scheduled and become Running and Ready; namespaces are finalized,
+ *   the garbage collector and the ServiceAccount token controllers run). Needs all six binaries.
+ * - `"minimal"`: etcd and kube-apiserver only, what controller-runtime's envtest runs: objects
+ *   are stored and served and admission runs, but nothing acts on them (a deleted namespace
+ *   stays Terminating, no Pod is scheduled, no `default` ServiceAccount appears). Needs only the
+ *   etcd and kube-apiserver binaries, so a `KUBEBUILDER_ASSETS` folder that has both is enough
+ *   and nothing is built.
+ */
+export type ControlPlaneComponents = "full" | "minimal";
 
 /** Options of {@linkcode startCluster}. */
 export interface StartClusterOptions {
   /** Cluster folder; default `<repo>/.cache/cluster` (lifecycle.ts `defaultClusterDir`). */
   dir?: string;
-  /** Number of kwok Nodes `kwok-node-0`..`kwok-node-<n-1>`; default {@linkcode DEFAULT_NODES}. */
+  /**
+   * Number of kwok Nodes `kwok-node-0`..`kwok-node-<n-1>`; default {@linkcode DEFAULT_NODES}
+   * with `components: "full"`, and it must be 0 (or unset) with `"minimal"`.
+   */
   nodes?: number;
+  /** Which components run; default `"full"` (see {@linkcode ControlPlaneComponents}). */
+  components?: ControlPlaneComponents;
   /** Aborts the start; whatever was started is stopped again. */
   signal?: AbortSignal;
   /**
@@ -69,7 +93,6 @@ export const SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.lo
  * Hard bound on the supervisor's (and so the cluster's) lifetime, in seconds; the environment
  * variable `APPSERVICE_CLUSTER_MAX_LIFETIME_SECONDS` overrides it.
  */
-/** Name of the supervisor's pid file (`run/watchdog.pid`). */
 export const WATCHDOG_MAX_LIFETIME_SECONDS = 24 * 3600;
 
 /** Bound of the wait for etcd's health, in ms. */
@@ -111,7 +134,10 @@ export type Component = typeof COMPONENTS[number];
 export const WATCHDOG = "watchdog";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-/** The repository's root folder. */
+/**
+ * The package's root folder (the repository's, in a checkout): two levels above this module.
+ * The default cache (`<REPO>/.cache`) and the default cluster folders are under it.
+ */
 export const REPO = resolve(HERE, "..", "..");
 /** build.sh: builds or finds the control plane's binaries. */
 export const BUILD_SCRIPT = join(HERE, "build.sh");

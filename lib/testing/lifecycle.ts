@@ -1,5 +1,6 @@
 /**
- * Start, stop, restart and inspect a local cluster (the public API re-exported by cluster.ts).
+ * Start, stop, restart and inspect a local cluster: the lower-level API under
+ * `ControlPlane` (mod.ts exports both; tests/cluster/cluster.ts re-exports this one).
  * @module
  */
 
@@ -48,25 +49,33 @@ import { errorText, exists, sleep, withTimeout } from "./util.ts";
 
 /**
  * Builds (or finds cached) binaries, then starts a fresh cluster in `opts.dir` and waits until the
- * API server is ready, the `default` ServiceAccount exists in namespace `default` and every kwok
- * Node is Ready. A cluster left running in the same folder is stopped first, and the folder's
- * previous state (etcd data, certificates, logs) is removed.
+ * API server is ready and, with `components: "full"` (the default), the `default` ServiceAccount
+ * exists in namespace `default` and every kwok Node is Ready. A cluster left running in the same
+ * folder is stopped first, and the folder's previous state (etcd data, certificates, logs) is
+ * removed.
  *
  * On failure everything started is stopped and the Error names the component and carries the
- * last lines of its log.
+ * last lines of its log. `startControlPlane` (control_plane.ts) wraps this with a client,
+ * identities, CRDs and the audit log.
+ * @throws RangeError for `nodes` outside 0..1000, or nodes with `components: "minimal"`
  */
 export async function startCluster(opts: StartClusterOptions = {}): Promise<ClusterInfo> {
   const signal = opts.signal;
-  const nodes = opts.nodes ?? DEFAULT_NODES;
+  const components = opts.components ?? "full";
+  const full = components === "full";
+  const nodes = opts.nodes ?? (full ? DEFAULT_NODES : 0);
   if (!Number.isInteger(nodes) || nodes < 0 || nodes > 1000) {
     throw new RangeError(`nodes must be an integer in 0..1000, got ${nodes}`);
+  }
+  if (!full && nodes > 0) {
+    throw new RangeError(`nodes need kwok: components "minimal" runs none, got nodes ${nodes}`);
   }
   const dir = resolve(opts.dir ?? defaultClusterDir());
   signal?.throwIfAborted();
 
   await stopCluster(dir);
   await resetClusterDir(dir);
-  const binDir = await ensureBinaries(signal);
+  const binDir = await ensureBinaries(signal, full ? [] : ["etcd", "kube-apiserver"]);
   signal?.throwIfAborted();
 
   const [etcdClientPort, etcdPeerPort, apiserverPort] = freePorts(3);
@@ -84,6 +93,7 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Clus
     saKeyFile: join(pki, "sa.key"),
     pids: {},
     apiserverArgs: [],
+    components,
   };
   await writeConfigFiles(info);
   info.apiserverArgs = apiserverArgv(info, apiserverPort);
@@ -104,6 +114,11 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Clus
 
     await startComponent(info, "kube-apiserver", info.apiserverArgs);
     await waitApiserverReady(info, signal);
+    if (!full) {
+      if (opts.outliveProcess) await Deno.writeTextFile(join(dir, "run", "detached"), "");
+      await writeClusterInfo(info);
+      return info;
+    }
 
     await startComponent(info, "kube-controller-manager", controllerManagerArgv(info));
     await startComponent(info, "kube-scheduler", schedulerArgv(info));

@@ -6,7 +6,7 @@
 import { join } from "node:path";
 import { CERT_VALIDITY_DAYS } from "./config.ts";
 
-const OPENSSL_CONFIG = `# written by tests/cluster/pki.ts
+const OPENSSL_CONFIG = `# written by lib/testing/pki.ts
 [req]
 distinguished_name = dn
 prompt = no
@@ -84,6 +84,7 @@ export async function makePki(pki: string): Promise<void> {
 export interface IssueCertificateOptions {
   /** Folder of the files (`<stem>.crt`, `<stem>.key`, and `openssl.cnf` when absent). */
   dir: string;
+  /** File name stem: the files are `<stem>.crt` and `<stem>.key`. */
   stem: string;
   /** openssl `-subj`, e.g. `/O=system:masters/CN=admin`. */
   subject: string;

@@ -1,5 +1,5 @@
 // Builds the pinned etcd server from the Go module proxy.
-module appservice-operator/tests/cluster/build/etcd
+module appservice-operator/lib/testing/build/etcd
 
 go 1.26.0
 

@@ -1,6 +1,6 @@
 // Builds the pinned Kubernetes control-plane binaries (kube-apiserver, kube-controller-manager,
 // kube-scheduler, kubectl) from the Go module proxy. Staging modules map to their published v0.x.
-module appservice-operator/tests/cluster/build/kube
+module appservice-operator/lib/testing/build/kube
 
 go 1.26.0
 
