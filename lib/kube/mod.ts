@@ -5,9 +5,12 @@
  * informers, work queues and leader election on it.
  *
  * ```ts
- * import { KubeClient, loadClusterConfig, isNotFound, PODS } from "./mod.ts";
+ * import { Discovery, KubeClient, loadClusterConfig, isNotFound, PODS } from "./mod.ts";
  * const client = new KubeClient(loadClusterConfig());
  * const pods = await client.listAll(PODS, { namespace: "default" });
+ * // any other kind, CRDs included, by discovery (discovery.ts):
+ * const widget = { group: "example.com", version: "v1", kind: "Widget" };
+ * const widgets = await new Discovery(client).resolve(widget); // a ResourceType, as PODS
  * ```
  *
  * @module
@@ -38,6 +41,22 @@ export {
   type LoadOptions,
   SERVICE_ACCOUNT_DIR,
 } from "./config.ts";
+export {
+  apiVersionOf,
+  Discovery,
+  DISCOVERY_MIN_REFRESH_INTERVAL_MS,
+  type DiscoveryFetcher,
+  type DiscoveryOptions,
+  discoveryPath,
+  DynamicClient,
+  type GroupVersionKind,
+  groupVersionKind,
+  isNoKindMatch,
+  isResourceNotServed,
+  type KindRef,
+  NoKindMatchError,
+  parseResourceList,
+} from "./discovery.ts";
 export {
   ApiError,
   ConfigError,
