@@ -45,7 +45,7 @@ ENV DENO_DIR=/deno-dir DENO_NO_UPDATE_CHECK=1 DENO_NO_PROMPT=1
 WORKDIR /app
 USER 65532:65532
 EXPOSE 8443 8081
-ENTRYPOINT ["/usr/bin/deno", "run", "--cached-only", "--frozen", "--allow-net", "--allow-read", "--allow-env=KUBECONFIG,HOME,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,APPSERVICE_*,LOG_TOKENS,LOG_STREAM,HTTPS_PROXY,https_proxy,HTTP_PROXY,http_proxy,NO_PROXY,no_proxy", "--allow-sys=hostname", "--allow-run", "--v8-flags=--max-semi-space-size=1,--expose-gc", "/app/main.ts"]
+ENTRYPOINT ["/usr/bin/deno", "run", "--cached-only", "--frozen", "--allow-net", "--allow-read", "--allow-env=KUBECONFIG,HOME,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,APPSERVICE_*,LOG_TOKENS,LOG_STREAM,HTTPS_PROXY,https_proxy,HTTP_PROXY,http_proxy,NO_PROXY,no_proxy,OTEL_DENO,OTEL_DENO_TRACING,OTEL_SDK_DISABLED", "--allow-sys=hostname", "--allow-run", "--v8-flags=--max-semi-space-size=1,--expose-gc", "/app/main.ts"]
 
 # Default target: the standalone binary on distroless cc.
 FROM ${RUNTIME_IMAGE}

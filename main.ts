@@ -21,7 +21,7 @@ import { leaderElectionClient, reviewClient } from "./lib/runtime/clients.ts";
 import { errorText, log, type Logger, setupLogging } from "./lib/runtime/log.ts";
 import { MEMORY_DEBUG_ADDRESS_ENV, serveMemoryDebug } from "./lib/runtime/memory_debug.ts";
 import { parseBindAddress } from "./lib/runtime/health.ts";
-import { traceRequest } from "./lib/runtime/tracing.ts";
+import { TRACER_NAME, traceRequest, tracingEnabled } from "./lib/runtime/tracing.ts";
 
 /**
  * Set to `1` (tests/e2e/harness.ts does), the informers' caches are deep-frozen, so that code
@@ -242,6 +242,31 @@ function managerOptions(
   };
 }
 
+/**
+ * One line on tracing at start-up (docs/operations.md, "Traces"): on, or asked for by the
+ * environment (`OTEL_DENO`/`OTEL_DENO_TRACING`) while Deno does not trace, as in a binary made by
+ * `deno compile` without `OTEL_DENO=true`, where Deno fixes the switch at compile time.
+ */
+function logTracing(logger: Logger): void {
+  if (tracingEnabled()) {
+    logger.info("Tracing reconciles (OpenTelemetry)", { tracer: TRACER_NAME });
+    return;
+  }
+  const env = (name: string) => {
+    try {
+      return Deno.env.get(name)?.toLowerCase();
+    } catch {
+      return undefined; // not in --allow-env
+    }
+  };
+  const asked = (env("OTEL_DENO_TRACING") ?? env("OTEL_DENO")) === "true";
+  if (asked && env("OTEL_SDK_DISABLED") !== "true") {
+    logger.warn(
+      "OTEL_DENO=true, but this runtime does not trace: a binary made by deno compile keeps the OpenTelemetry setting it was compiled with; run with deno run (the deno-run image) to trace",
+    );
+  }
+}
+
 /** Debug only (deno task bench): a memory report on its own address; unset in production. */
 function serveDebug(logger: Logger, signal: AbortSignal): void {
   let debugAddr;
@@ -274,6 +299,7 @@ async function main(): Promise<number> {
   const v = parsed.values;
   await setupLogging(v["log-level"], v["log-format"]);
   const logger = log("main");
+  logTracing(logger);
   const metrics = new Metrics();
   let clients: Clients;
   try {

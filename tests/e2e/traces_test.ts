@@ -213,19 +213,31 @@ Deno.test("traces: a reconcile is exported as a span tree to a real OpenTelemetr
       const file = collector!.tracesFile;
 
       // The reconcile that created the Pods, with its requests, is exported.
-      const found = await waitFor("a reconcile span of the key with create pods under it", () => {
+      // The reconcile that created the Pods and the one that wrote the Ready status, each with
+      // its requests, are exported.
+      const childrenOf = (spans: Span[], r: Span) =>
+        spans.filter((s) =>
+          s.traceId === r.traceId && s.parentSpanId === r.spanId &&
+          s.scope === "appservice-operator/runtime"
+        );
+      const found = await waitFor("reconcile spans of the key: create pods, patch status", () => {
         const spans = readSpans(file).filter((s) => s.service === onService);
         const reconciles = spans.filter((s) => s.name === "reconcile" && s.attrs.key === key);
-        for (const r of reconciles) {
-          const children = spans.filter((s) =>
-            s.traceId === r.traceId && s.parentSpanId === r.spanId &&
-            s.scope === "appservice-operator/runtime"
-          );
-          if (children.some((s) => s.name === "create pods")) return { spans, r, children };
-        }
-        return undefined;
+        const withChild = (name: string) =>
+          reconciles.find((r) => childrenOf(spans, r).some((s) => s.name === name));
+        const r = withChild("create pods");
+        const status = withChild("patch appservices/status");
+        return r && status ? { spans, r, children: childrenOf(spans, r), status } : undefined;
       }, 60_000);
+      const statusPatch = childrenOf(found.spans, found.status).find((s) =>
+        s.name === "patch appservices/status"
+      )!;
+      assertEquals(statusPatch.attrs.verb, "patch");
+      assertEquals(statusPatch.attrs.subresource, "status");
+      assertEquals(statusPatch.attrs.name, "web");
+      assertEquals(statusPatch.traceId, found.status.traceId);
       const { spans, r, children } = found;
+      assertEquals(logsOf(op, "Tracing reconciles (OpenTelemetry)").length, 1);
       assertEquals(r.attrs.controller, "appservice");
       assertEquals(r.attrs.namespace, ns);
       assertEquals(r.attrs.name, "web");
@@ -274,7 +286,11 @@ Deno.test("traces: a reconcile is exported as a span tree to a real OpenTelemetr
         assertEquals(p.traceID, r.traceId);
         assertEquals(p.spanID, r.spanId);
       }
-      console.log(`span tree of ${key}:\n${tree(r, spans)}`);
+      // What docs/library.md shows: every reconcile of the key exported so far, in order.
+      const all = readSpans(file).filter((s) =>
+        s.service === onService && s.name === "reconcile" && s.attrs.key === key
+      ).sort((a, b) => Number(BigInt(a.startTimeUnixNano) - BigInt(b.startTimeUnixNano)));
+      console.log(all.map((x) => tree(x, readSpans(file))).join("\n"));
       assertEquals(await op.stop(), 0);
       op = undefined;
     });
@@ -292,6 +308,7 @@ Deno.test("traces: a reconcile is exported as a span tree to a real OpenTelemetr
         await op.waitReady();
         await c.create(APPSERVICES as never, appService(ns, "off", { image: "nginx:1.27" }));
         await waitFor("off Ready", async () => (await getAs(ns, "off")).status?.ready, 90_000);
+        assertEquals(logsOf(op, "Tracing reconciles (OpenTelemetry)").length, 0);
         const created = logsOf(op, "Created Pod");
         assert(created.length > 0, "the operator reconciled nothing");
         for (const l of created) assertEquals(l.properties?.traceID, undefined);
