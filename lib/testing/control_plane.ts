@@ -38,7 +38,8 @@ export interface StartControlPlaneOptions {
   /**
    * Folder of the control plane (kubeconfig, `audit.log`, logs, certificates, etcd data). Default:
    * a new temporary folder, removed again by {@linkcode ControlPlane.stop} unless `keepDir`. A
-   * folder given here is kept (its previous cluster state is replaced at start).
+   * folder given here is kept; a control plane running in it is stopped first and its previous
+   * state (etcd data, certificates, logs, audit log) replaced.
    */
   dir?: string;
   /** Keep a temporary `dir` after stop (for its logs and audit log); default false. */

@@ -44,6 +44,7 @@ export {
   type StartControlPlaneOptions,
 } from "./control_plane.ts";
 export { type ProxyMode, startFaultProxy, TcpProxy } from "./fault_proxy.ts";
+export { ConnectProxy, startConnectProxy } from "./connect_proxy.ts";
 export {
   type ClusterInfo,
   type ControlPlaneComponents,

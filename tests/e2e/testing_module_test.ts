@@ -3,9 +3,10 @@
  * own in a temporary folder (not the suite's): identities from `kubeconfigFor` are the users and
  * groups the apiserver sees and RBAC decides on, `applyCrds` leaves a CRD served, the audit log
  * names who did what, `restartApiserver` keeps the data, `compact` compacts etcd, the fault proxy's
- * latency delays requests, `connectControlPlane`'s dispose leaves the plane running and `stop`
- * removes the temporary folder. Loopback only; every wait bounded.
+ * latency delays requests, a client tunnels through the CONNECT proxy, `connectControlPlane`'s
+ * dispose leaves the plane running and `stop` removes the temporary folder. Loopback only; every wait bounded.
  */
+import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { assert, assertEquals } from "../assert.ts";
 import {
   isForbidden,
@@ -15,7 +16,12 @@ import {
   NAMESPACES,
   type ResourceType,
 } from "../../lib/kube/mod.ts";
-import { connectControlPlane, startControlPlane, startFaultProxy } from "../../lib/testing/mod.ts";
+import {
+  connectControlPlane,
+  startConnectProxy,
+  startControlPlane,
+  startFaultProxy,
+} from "../../lib/testing/mod.ts";
 
 const WIDGETS: ResourceType = {
   apiVersion: "example.com/v1",
@@ -169,6 +175,26 @@ Deno.test("./testing: a control plane of its own, identities, CRDs, audit log, f
         assert(ms >= 600, `a request through 300 ms of latency each way took ${ms} ms`);
         proxy.latency(0);
         assertEquals(proxy.latencyMs, 0);
+      } finally {
+        c.close();
+      }
+    });
+
+    await t.step("startConnectProxy: a kubeconfig's proxy-url tunnels through it", async () => {
+      await using proxy = startConnectProxy();
+      // A proxy from the environment is not used for loopback servers (as in client-go); a
+      // kubeconfig's proxy-url is.
+      const cfg = parseYaml(await Deno.readTextFile(plane.kubeconfig)) as {
+        clusters: { cluster: Record<string, string> }[];
+      };
+      for (const cl of cfg.clusters) cl.cluster["proxy-url"] = proxy.url;
+      const kubeconfig = `${tmp}/kubeconfig-proxied`;
+      await Deno.writeTextFile(kubeconfig, stringifyYaml(cfg));
+      const c = new KubeClient(loadClusterConfig({ kubeconfig }), { maxRetries: 0 });
+      try {
+        assertEquals(proxy.total, 0);
+        await c.get(NAMESPACES, "default");
+        assertEquals([...proxy.tunnels.keys()], [new URL(plane.server).host]);
       } finally {
         c.close();
       }
