@@ -204,7 +204,7 @@ export interface RequestTarget {
   resource: string;
   /** The subresource, e.g. `status`; "" when none. */
   subresource: string;
-  /** The namespace, "" when none. */
+  /** The namespace, "" when none (a Namespace's own path: its name, as the apiserver reads it). */
   namespace: string;
   /** The object's name, "" for a collection. */
   name: string;
@@ -222,13 +222,13 @@ export function requestTarget(method: string, path: string): RequestTarget {
   if (parts[0] === "api" && parts.length >= 2) rest = parts.slice(2);
   else if (parts[0] === "apis" && parts.length >= 3) rest = parts.slice(3);
   let namespace = "";
-  if (rest[0] === "namespaces" && rest.length >= 3) {
+  // As the apiserver's request info: a Namespace's own path names it as the namespace too, and
+  // `status` and `finalize` after it are its subresources, not resources in it.
+  if (rest[0] === "namespaces" && rest.length >= 2) {
     namespace = rest[1];
-    rest = rest.slice(2);
+    if (rest.length >= 3 && rest[2] !== "status" && rest[2] !== "finalize") rest = rest.slice(2);
   }
   const [resource = "", name = "", subresource = ""] = rest;
-  // `/api/v1/namespaces/<ns>` itself: the resource is namespaces, named <ns>.
-  const isNamespaceObject = !resource && namespace === "" && parts.includes("namespaces");
   const collection = name === "";
   const verbs: Record<string, string> = {
     GET: collection ? "list" : "get",
@@ -239,7 +239,7 @@ export function requestTarget(method: string, path: string): RequestTarget {
   };
   return {
     verb: verbs[method] ?? method.toLowerCase(),
-    resource: isNamespaceObject ? "namespaces" : resource,
+    resource,
     subresource,
     namespace,
     name,

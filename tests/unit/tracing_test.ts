@@ -59,6 +59,20 @@ Deno.test("requestTarget: the verb, resource, subresource, namespace and name of
       namespace: "",
       name: "",
     }],
+    ["GET", "/api/v1/namespaces/ns", {
+      verb: "get",
+      resource: "namespaces",
+      subresource: "",
+      namespace: "ns",
+      name: "ns",
+    }],
+    ["PUT", "/api/v1/namespaces/ns/finalize", {
+      verb: "update",
+      resource: "namespaces",
+      subresource: "finalize",
+      namespace: "ns",
+      name: "ns",
+    }],
     ["GET", "/api/v1/nodes/n1", {
       verb: "get",
       resource: "nodes",
