@@ -422,7 +422,8 @@ export class ControlPlane implements AsyncDisposable {
  * from the cache (`APPSERVICE_CACHE_DIR`, default `<package>/.cache`), built from the pinned Go
  * modules in build/ on first use (needs Go; 10 to 15 minutes on 2 cores). Needs Linux, bash,
  * setsid and openssl. Stop it with {@linkcode ControlPlane.stop} or `await using`; if this
- * process dies first, the control plane's supervisor stops it.
+ * process dies first, the control plane's supervisor stops its processes (a temporary folder is
+ * then left behind, named `control-plane-*` in the system's temporary folder).
  *
  * Test sanitizers: the supervisor is a child process until `stop` reaps it, so start and stop
  * within one `Deno.test` (use steps), or turn `sanitizeResources` off.
