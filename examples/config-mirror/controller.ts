@@ -67,10 +67,12 @@ export const DEFAULT_RESYNC_MS = 10_000;
 
 /** A ConfigMirror as stored (crd.yaml has the schema and its documentation). */
 export interface ConfigMirror extends KubeObject {
+  /** The object to copy (in the ConfigMirror's namespace; immutable) and where to. */
   spec: {
     source: { apiVersion: string; kind: string; name: string };
     targetNamespaces: string[];
   };
+  /** What the controller last found: `Ready`, for `observedGeneration`; current copies. */
   status?: { observedGeneration?: number; synced?: number; conditions?: Condition[] };
 }
 

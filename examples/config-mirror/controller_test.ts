@@ -6,7 +6,7 @@
  * every {@link RESYNC_MS}. Checked through the apiserver: a ConfigMap copied into two namespaces
  * with Ready and observedGeneration, a source change followed, a hand edit put back by the
  * controller, no write while nothing changes, a namespace taken off the list losing its copy, the
- * source immutable, a source of a CRD kind installed during the test found through discovery, and
+ * source immutable, an object of the same name the controller did not make left alone, a source of a CRD kind installed during the test found through discovery, and
  * the copies deleted by the finalizer. Each convergence within {@link CONVERGE_MS}.
  *
  * Run alone: `deno test -A examples/config-mirror/controller_test.ts`; `deno task test` runs it
@@ -41,8 +41,8 @@ const RESYNC_MS = 300;
 const CONVERGE_MS = 10_000;
 /** The controller's user name in the audit log. */
 const CONTROLLER_USER = "config-mirror-controller";
-/** The namespace of the sources and ConfigMirrors, and the two targets. */
-const [HOME, TEAM_A, TEAM_B] = ["mirror-home", "team-a", "team-b"];
+/** The namespace of the sources and ConfigMirrors, the two targets, and one with its own `app`. */
+const [HOME, TEAM_A, TEAM_B, TEAM_C] = ["mirror-home", "team-a", "team-b", "team-c"];
 
 /** A kind the controller cannot know: testdata/flag_crd.yaml, installed during the test. */
 const FLAG_CRD = new URL("./testdata/flag_crd.yaml", import.meta.url).pathname;
@@ -91,7 +91,7 @@ Deno.test("config-mirror on ./testing: copies of any kind kept in sync", async (
   await using plane = await startControlPlane({ components: "minimal" });
   const admin = plane.client();
   const dynamic = new DynamicClient(admin);
-  for (const name of [HOME, TEAM_A, TEAM_B]) {
+  for (const name of [HOME, TEAM_A, TEAM_B, TEAM_C]) {
     await admin.create<Namespace>(NAMESPACES, { metadata: { name } });
   }
   const mirror = (name: string) =>
@@ -195,6 +195,21 @@ Deno.test("config-mirror on ./testing: copies of any kind kept in sync", async (
       deepStrictEqual(await dataIn(TEAM_A), { level: "debug", trace: "on" });
       const patch = { spec: { source: { apiVersion: "v1", kind: "Secret", name: "app" } } };
       await rejects(admin.patch(CONFIG_MIRRORS, "app", patch, { namespace: HOME }), isInvalid);
+    });
+
+    await t.step("an object it did not make is left alone: Ready False, CopyFailed", async () => {
+      const theirs = { metadata: { name: "app", namespace: TEAM_C }, data: { level: "theirs" } };
+      await admin.create<ConfigMap>(CONFIGMAPS, theirs);
+      const targets = (targetNamespaces: string[]) =>
+        admin.patch(CONFIG_MIRRORS, "app", { spec: { targetNamespaces } }, { namespace: HOME });
+      await targets([TEAM_A, TEAM_C]);
+      const m = await readyFor("app", "False", "CopyFailed");
+      ok(findStatusCondition(m.status!.conditions!, "Ready")?.message?.includes(TEAM_C));
+      deepStrictEqual([m.metadata?.generation, m.status?.synced], [3, 1]);
+      const after = await admin.get<ConfigMap>(CONFIGMAPS, "app", { namespace: TEAM_C });
+      deepStrictEqual([after.data, after.metadata?.labels], [theirs.data, undefined]);
+      await targets([TEAM_A]);
+      await readyFor("app", "True", "Synced");
     });
 
     await t.step("a kind whose CRD is made during the test is found by discovery", async () => {
