@@ -17,7 +17,7 @@ export class ConnectProxy implements AsyncDisposable {
   /** The port it listens on. */
   readonly port: number;
   /** Tunnels opened, by `host:port` target. */
-  readonly tunnels = new Map<string, number>();
+  readonly tunnels: Map<string, number> = new Map();
   #listener: Deno.TcpListener;
   #conns = new Set<Deno.Conn>();
   #tasks = new Set<Promise<void>>();
