@@ -21,7 +21,7 @@ import { leaderElectionClient, reviewClient } from "./lib/runtime/clients.ts";
 import { errorText, log, type Logger, setupLogging } from "./lib/runtime/log.ts";
 import { MEMORY_DEBUG_ADDRESS_ENV, serveMemoryDebug } from "./lib/runtime/memory_debug.ts";
 import { parseBindAddress } from "./lib/runtime/health.ts";
-import { TRACER_NAME, traceRequest, tracingEnabled } from "./lib/runtime/tracing.ts";
+import { requestSpan, TRACER_NAME, tracingEnabled } from "./lib/runtime/tracing.ts";
 
 /**
  * Set to `1` (tests/e2e/harness.ts does), the informers' caches are deep-frozen, so that code
@@ -104,8 +104,6 @@ function makeClients(v: FlagValues, metrics: Metrics): Clients {
   const requestLog = log("client");
   const onRequest = (clientName: string) => (r: RequestInfo) => {
     metrics.recordRequest(r);
-    // A child span of the reconcile that made it (tracing on only; lib/runtime/tracing.ts).
-    traceRequest(r);
     requestLog.debug("Request", { client: clientName, ...r });
   };
   const userAgent =
@@ -124,6 +122,8 @@ function makeClients(v: FlagValues, metrics: Metrics): Clients {
     burst: v["kube-api-burst"] || undefined,
     maxRetries: 2,
     onRequest: onRequest("main"),
+    // A span per request made under a reconcile's span; with tracing off, none at all.
+    requestScope: tracingEnabled() ? requestSpan : undefined,
     onSendWrite: (r) => requestLog.debug("Sending", r),
     health,
   });

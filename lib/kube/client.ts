@@ -55,7 +55,7 @@ import { resourcePath, type ResourceType } from "./resources.ts";
 import { type Gate, NO_GATE, Sender } from "./retry.ts";
 
 import { RetryAfterGate, TokenBucket } from "./throttle.ts";
-import { type RequestInfo, Transport, type WriteFence } from "./transport.ts";
+import { type RequestInfo, type RequestScope, Transport, type WriteFence } from "./transport.ts";
 import { type ObjectWatchEvent, openWatch, type WatchDeps, WatchRestartError } from "./watch.ts";
 
 export {
@@ -68,7 +68,12 @@ export {
   type WriteOptions,
 } from "./params.ts";
 export { MAX_RETRY_AFTER_SECONDS } from "./retry.ts";
-export { type RequestInfo, STALLED_REQUEST_MIN_MS, type WriteFence } from "./transport.ts";
+export {
+  type RequestInfo,
+  type RequestScope,
+  STALLED_REQUEST_MIN_MS,
+  type WriteFence,
+} from "./transport.ts";
 
 /** Any Kubernetes object. */
 export interface KubeObject {
@@ -120,6 +125,13 @@ export interface ClientOptions {
   writeFence?: WriteFence;
   /** Called after every HTTP request (metrics). Must not throw. */
   onRequest?: (info: RequestInfo) => void;
+  /**
+   * Called for every attempt right before it is handed to `fetch`: a {@link RequestScope} to
+   * call `fetch` in and to tell how the attempt ended, or undefined for none (tracing: the
+   * runtime's `requestSpan` makes a span of the request, child of the reconcile's). Must not
+   * throw; default none.
+   */
+  requestScope?: (req: Pick<RequestInfo, "method" | "path">) => RequestScope | undefined;
   /**
    * Called synchronously right before a write (POST, PUT, PATCH, DELETE) is handed to `fetch`,
    * after the write fence passed it; `durationSeconds`, `code` and `retryAfterSeconds` are not
@@ -208,6 +220,7 @@ export class KubeClient {
       onNoAnswer: () => creds.recheckAfterFailure(),
       resetConnections: () => creds.resetConnections(),
       onRequest: opts.onRequest,
+      requestScope: opts.requestScope,
       onSendWrite: opts.onSendWrite,
     });
     const qps = opts.qps ?? 0;

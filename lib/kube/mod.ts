@@ -28,6 +28,7 @@ export {
   PATCH_CONTENT_TYPES,
   type PatchOptions,
   type RequestInfo,
+  type RequestScope,
   type WatchOptions,
   type WriteFence,
   type WriteOptions,

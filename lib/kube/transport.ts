@@ -72,6 +72,18 @@ export interface RequestInfo {
   auditId: string;
 }
 
+/**
+ * What runs around one attempt when {@link ClientOptions.requestScope} opens one (tracing: a span
+ * of the request, active while `fetch` is called, so that what `fetch` itself records nests under
+ * it). Must not throw.
+ */
+export interface RequestScope {
+  /** Calls `send` (the attempt's `fetch`) and returns what it returns. */
+  run<T>(send: () => T): T;
+  /** The attempt ended: what {@link ClientOptions.onRequest} is told. */
+  end(info: RequestInfo): void;
+}
+
 /** Methods that are reads: never fenced, retried after connection errors and 5xx. */
 export const IDEMPOTENT: ReadonlySet<string> = new Set(["GET", "HEAD"]);
 
@@ -306,6 +318,8 @@ export interface TransportOptions {
   resetConnections: () => void;
   /** See {@link ClientOptions.onRequest}. */
   onRequest?: (info: RequestInfo) => void;
+  /** See {@link ClientOptions.requestScope}. */
+  requestScope?: (req: Pick<RequestInfo, "method" | "path">) => RequestScope | undefined;
   /** See {@link ClientOptions.onSendWrite}. */
   onSendWrite?: (info: Pick<RequestInfo, "method" | "path" | "startedAtMs" | "auditId">) => void;
 }
@@ -352,26 +366,32 @@ export class Transport {
     this.#sendingWrite(req, started, headers["Audit-ID"]);
     const entry: InFlight = { ctl: stall, sentAtMs: Date.now(), lastByteMs: 0 };
     this.inFlight.requests.add(entry);
+    let scope: RequestScope | undefined;
+    try {
+      scope = this.#o.requestScope?.(req);
+    } catch { /* tracing must not break requests */ }
     let resp: Response;
     try {
-      const sending = fetch(a.url, {
-        method: req.method,
-        headers,
-        body: a.body,
-        signal: AbortSignal.any(
-          Object.values(signals).filter((s): s is AbortSignal => s !== undefined),
-        ),
-        client: a.httpClient,
-      });
+      const send = () =>
+        fetch(a.url, {
+          method: req.method,
+          headers,
+          body: a.body,
+          signal: AbortSignal.any(
+            Object.values(signals).filter((s): s is AbortSignal => s !== undefined),
+          ),
+          client: a.httpClient,
+        });
+      const sending = scope ? scope.run(send) : send();
       if (a.fence && late) this.#checkAgainSoon(a.fence, req, late);
       resp = await sending;
     } catch (err) {
       this.inFlight.requests.delete(entry);
-      this.#record(req, "<error>", started, headers["Audit-ID"]);
+      this.#record(req, "<error>", started, headers["Audit-ID"], scope);
       return { type: "failure", failure: classifyFailure(err, signals, req, this.#o.route) };
     }
     this.inFlight.requests.delete(entry);
-    return this.#answered(req, resp, entry, started, headers["Audit-ID"]);
+    return this.#answered(req, resp, entry, started, headers["Audit-ID"], scope);
   }
 
   /**
@@ -441,10 +461,11 @@ export class Transport {
     entry: InFlight,
     started: number,
     auditId: string,
+    scope: RequestScope | undefined,
   ): Attempt {
     this.#o.health.succeeded(entry.sentAtMs);
     const retryAfter = parseRetryAfter(resp.headers.get("Retry-After"));
-    this.#record(req, String(resp.status), started, auditId, retryAfter);
+    this.#record(req, String(resp.status), started, auditId, scope, retryAfter);
     return { type: "answer", resp, retryAfter };
   }
 
@@ -453,20 +474,25 @@ export class Transport {
     code: string,
     startedMs: number,
     auditId: string,
+    scope: RequestScope | undefined,
     retryAfterSeconds?: number,
   ): void {
-    if (!this.#o.onRequest) return;
+    if (!this.#o.onRequest && !scope) return;
+    const info: RequestInfo = {
+      method: req.method,
+      path: req.path,
+      code,
+      host: this.#o.route.host,
+      startedAtMs: performance.timeOrigin + startedMs,
+      durationSeconds: (performance.now() - startedMs) / 1000,
+      retryAfterSeconds,
+      auditId,
+    };
     try {
-      this.#o.onRequest({
-        method: req.method,
-        path: req.path,
-        code,
-        host: this.#o.route.host,
-        startedAtMs: performance.timeOrigin + startedMs,
-        durationSeconds: (performance.now() - startedMs) / 1000,
-        retryAfterSeconds,
-        auditId,
-      });
+      scope?.end(info);
+    } catch { /* tracing must not break requests */ }
+    try {
+      this.#o.onRequest?.(info);
     } catch { /* metrics must not break requests */ }
   }
 }

@@ -167,10 +167,10 @@ export {
 export {
   type EnqueueEvent,
   enqueueSpan,
+  requestSpan,
   type RequestTarget,
   requestTarget,
   type SpanRef,
   TRACER_NAME,
-  traceRequest,
   tracingEnabled,
 } from "./tracing.ts";

@@ -1,8 +1,9 @@
 /**
  * Traces of reconciles (OpenTelemetry), on Deno's built-in OpenTelemetry: one `reconcile` span per
- * reconcile, a child span per apiserver request made under it ({@link traceRequest}), and an
+ * reconcile, a child span per apiserver request made under it, and an
  * `enqueue` span per watch event that put a key in a work queue, linked from the reconcile that
- * took the key ({@link enqueueSpan}).
+ * took the key ({@link enqueueSpan}). Request spans come from {@link requestSpan}, given to a
+ * client as its `requestScope`.
  *
  * On and off: tracing is on exactly when Deno's is, which Deno decides at start-up from the
  * standard environment: `OTEL_DENO=true` (or `OTEL_DENO_TRACING=true`) and not
@@ -17,6 +18,7 @@
  * @module
  */
 import {
+  type Attributes,
   type Context,
   context,
   type Link,
@@ -27,7 +29,7 @@ import {
   trace,
   type Tracer,
 } from "@opentelemetry/api";
-import type { RequestInfo } from "../kube/transport.ts";
+import type { RequestInfo, RequestScope } from "../kube/transport.ts";
 
 /**
  * Which span: its trace id (32 hex digits), span id (16 hex digits) and W3C trace flags, the
@@ -246,39 +248,52 @@ export function requestTarget(method: string, path: string): RequestTarget {
   };
 }
 
+/** The attributes of a request span known before it is sent. */
+function requestAttributes(t: RequestTarget, method: string, path: string): Attributes {
+  return {
+    "http.request.method": method,
+    "url.path": path,
+    verb: t.verb,
+    resource: t.resource,
+    ...(t.subresource ? { subresource: t.subresource } : {}),
+    ...(t.namespace ? { namespace: t.namespace } : {}),
+    ...(t.name ? { name: t.name } : {}),
+  };
+}
+
 /**
- * Records one finished apiserver request (a client's `onRequest` {@link RequestInfo}) as a client
- * span, `<verb> <resource>[/<subresource>]` (e.g. `patch appservices/status`), child of the active
- * span (a reconcile's), with its start and duration; nothing when tracing is off or no span is
- * active (the requests of reflectors and the Lease are not traced here). Status ERROR for an
- * answer of 400 or more or no answer (OpenTelemetry's HTTP client convention).
+ * A client's `requestScope` (lib/kube `ClientOptions.requestScope`): each apiserver request sent
+ * while a span is active (a reconcile's) becomes a client span
+ * `<verb> <resource>[/<subresource>]` (e.g. `patch appservices/status`), its child, active while
+ * `fetch` is called (so Deno's own fetch span nests under it) and ended with the attempt's
+ * outcome; undefined — nothing — when tracing is off or no span is active (the requests of
+ * reflectors and the Lease are not traced here). Status ERROR for an answer of 400 or more or no
+ * answer (OpenTelemetry's HTTP client convention).
  */
-export function traceRequest(info: RequestInfo): void {
-  if (!tracingEnabled()) return;
-  const parent = trace.getActiveSpan();
-  if (!parent) return;
-  const t = requestTarget(info.method, info.path);
+export function requestSpan(req: Pick<RequestInfo, "method" | "path">): RequestScope | undefined {
+  if (!tracingEnabled()) return undefined;
+  if (!trace.getActiveSpan()) return undefined;
+  const t = requestTarget(req.method, req.path);
   const what = t.subresource ? `${t.resource}/${t.subresource}` : t.resource;
-  const code = Number(info.code);
-  const span = theTracer().startSpan(`${t.verb} ${what || info.path}`, {
+  const span = theTracer().startSpan(`${t.verb} ${what || req.path}`, {
     kind: SpanKind.CLIENT,
-    startTime: info.startedAtMs,
-    attributes: {
-      "http.request.method": info.method,
-      "url.path": info.path,
-      "server.address": info.host,
-      verb: t.verb,
-      resource: t.resource,
-      ...(t.subresource ? { subresource: t.subresource } : {}),
-      ...(t.namespace ? { namespace: t.namespace } : {}),
-      ...(t.name ? { name: t.name } : {}),
-      code: info.code,
-      auditID: info.auditId,
-      ...(Number.isFinite(code) ? { "http.response.status_code": code } : {}),
-    },
+    attributes: requestAttributes(t, req.method, req.path),
   });
-  if (!Number.isFinite(code) || code >= 400) {
-    span.setStatus({ code: SpanStatusCode.ERROR, message: `${info.code}` });
-  }
-  span.end(info.startedAtMs + info.durationSeconds * 1000);
+  const ctx = trace.setSpan(context.active(), span);
+  return {
+    run: (send) => context.with(ctx, send),
+    end: (info) => {
+      const code = Number(info.code);
+      span.setAttributes({
+        "server.address": info.host,
+        code: info.code,
+        auditID: info.auditId,
+        ...(Number.isFinite(code) ? { "http.response.status_code": code } : {}),
+      });
+      if (!Number.isFinite(code) || code >= 400) {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: info.code });
+      }
+      span.end();
+    },
+  };
 }

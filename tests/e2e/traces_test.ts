@@ -261,6 +261,10 @@ Deno.test("traces: a reconcile is exported as a span tree to a real OpenTelemetr
       assertEquals(create.attrs.namespace, ns);
       assertEquals(create.attrs.code, "201");
       assertEquals(create.attrs["http.response.status_code"], 201);
+      // Deno's own span of the same fetch nests under it (the request span is active around it).
+      const denoFetch = spans.find((s) => s.parentSpanId === create.spanId && s.scope === "deno");
+      assert(denoFetch, "Deno's fetch span is not under the create pods span");
+      assertEquals(denoFetch.traceId, r.traceId);
 
       // A reconcile of the key links to the enqueue span of a watch event that queued it.
       const enqueues = new Map(

@@ -5,7 +5,7 @@
  */
 import { Controller, Reconcile } from "../../lib/runtime/controller.ts";
 import { setupLogging } from "../../lib/runtime/log.ts";
-import { enqueueSpan, traceRequest, tracingEnabled } from "../../lib/runtime/tracing.ts";
+import { enqueueSpan, requestSpan, tracingEnabled } from "../../lib/runtime/tracing.ts";
 
 await setupLogging("info", "json");
 if (!tracingEnabled()) throw new Error("tracing is off in the child");
@@ -14,23 +14,29 @@ let reconciles = 0;
 const controller = new Controller({
   name: "traced",
   syncPeriodMs: 0,
-  reconcile: (key, ctx) => {
+  reconcile: async (key, ctx) => {
     if (++reconciles === 3) setTimeout(done.resolve, 0);
     if (key === "ns/ok") {
-      traceRequest({
+      // A request under the reconcile: Deno's fetch span of it must nest under ours.
+      const scope = requestSpan({ method: "GET", path: "/api/v1/namespaces/ns/pods/p1" });
+      if (!scope) throw new Error("no request scope under a reconcile");
+      const startedAtMs = performance.timeOrigin + performance.now();
+      const r = await scope.run(() => fetch(`${Deno.env.get("OTEL_EXPORTER_OTLP_ENDPOINT")}/p1`));
+      await r.body?.cancel();
+      scope.end({
         method: "GET",
         path: "/api/v1/namespaces/ns/pods/p1",
-        code: "404",
+        code: String(r.status),
         host: "127.0.0.1:6443",
-        startedAtMs: performance.timeOrigin + performance.now(),
+        startedAtMs,
         durationSeconds: 0.002,
         auditId: "audit-1",
       });
       ctx.logger.info("Reconciled");
-      return Promise.resolve(Reconcile.done);
+      return Reconcile.done;
     }
-    if (key === "ns/later") return Promise.resolve(Reconcile.after(60_000));
-    return Promise.reject(new Error("boom"));
+    if (key === "ns/later") return Reconcile.after(60_000);
+    throw new Error("boom");
   },
 });
 const event = (name: string, keys: string[]) =>

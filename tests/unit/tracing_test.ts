@@ -1,5 +1,5 @@
 import { assert, assertEquals } from "../assert.ts";
-import { requestTarget, traceRequest, tracingEnabled } from "../../lib/runtime/tracing.ts";
+import { requestSpan, requestTarget, tracingEnabled } from "../../lib/runtime/tracing.ts";
 
 Deno.test("requestTarget: the verb, resource, subresource, namespace and name of a request path", () => {
   const cases: [string, string, ReturnType<typeof requestTarget>][] = [
@@ -99,16 +99,8 @@ Deno.test("tracingEnabled: Deno's tracing decides (OTEL_DENO=true, OTEL_SDK_DISA
   const on = env("OTEL_SDK_DISABLED") !== "true" &&
     (env("OTEL_DENO_TRACING") ?? env("OTEL_DENO")) === "true";
   assertEquals(tracingEnabled(), on);
-  // Off, a request outside any span is ignored without error; on, too (no active span).
-  traceRequest({
-    method: "GET",
-    path: "/api/v1/pods",
-    code: "200",
-    host: "127.0.0.1:6443",
-    startedAtMs: Date.now(),
-    durationSeconds: 0.001,
-    auditId: "a",
-  });
+  // Off, or outside any span: no scope, the request is sent as it is.
+  assertEquals(requestSpan({ method: "GET", path: "/api/v1/pods" }), undefined);
 });
 
 /** One span of an OTLP/JSON export, with its attributes as plain values. */
@@ -139,6 +131,7 @@ Deno.test("tracing on (a child process with OTEL_DENO=true): reconcile spans, re
   // The OTLP/JSON endpoint: what Deno's exporter sends, on 127.0.0.1.
   const spans: JsonSpan[] = [];
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, async (req) => {
+    if (new URL(req.url).pathname === "/p1") return Response.json({}, { status: 404 });
     const body = await req.json();
     if (new URL(req.url).pathname === "/v1/traces") {
       for (const rs of body.resourceSpans ?? []) {
@@ -200,6 +193,10 @@ Deno.test("tracing on (a child process with OTEL_DENO=true): reconcile spans, re
     assertEquals(get.attrs.code, "404");
     assertEquals(get.attrs.auditID, "audit-1");
     assertEquals(get.status?.code, 2); // ERROR: an answer of 400 or more
+    // Deno's own span of the fetch, nested under ours.
+    const fetchSpan = spans.find((s) => s.parentSpanId === get.spanId);
+    assert(fetchSpan, "Deno's fetch span is not under the request span");
+    assertEquals(fetchSpan.attrs["url.path"], "/p1");
 
     const later = reconcile("ns/later");
     assertEquals(later.attrs.result, "requeue_after");
