@@ -9,9 +9,29 @@
  *
  * @module
  */
-import client from "prom-client";
+import type prom from "prom-client";
+import Registry from "prom-client/lib/registry.js";
+import Counter from "prom-client/lib/counter.js";
+import Gauge from "prom-client/lib/gauge.js";
+import Histogram from "prom-client/lib/histogram.js";
+import collectDefaultMetrics from "prom-client/lib/defaultMetrics.js";
 import perfHooks from "node:perf_hooks";
 import { BoundedDelayHistogram } from "./eventloop.ts";
+
+/**
+ * The parts of prom-client used here, each loaded from its own module rather than from the
+ * package's index, which also loads its Pushgateway (node:http, node:https, node:zlib), cluster
+ * aggregation (node:cluster) and Summary (tdigest) — never used here, and measured at ~2.5 MiB of
+ * RSS and 40–90 ms of start-up (docs/design/runtime.md, "Loading prom-client"). The types are the
+ * package's own.
+ */
+const client = {
+  Registry: Registry as typeof prom.Registry,
+  Counter: Counter as typeof prom.Counter,
+  Gauge: Gauge as typeof prom.Gauge,
+  Histogram: Histogram as typeof prom.Histogram,
+  collectDefaultMetrics: collectDefaultMetrics as typeof prom.collectDefaultMetrics,
+};
 
 /**
  * Process metrics prom-client reads from `/proc/self` (Linux only): `status` (VmSize, VmData),
@@ -157,7 +177,7 @@ export interface RequestSample {
 }
 
 /** The registries a metric is registered on. */
-type Registers = client.Registry[];
+type Registers = prom.Registry[];
 
 /** A counter with label names `labels`, registered on `registers`. */
 function counter<L extends string>(
@@ -165,7 +185,7 @@ function counter<L extends string>(
   name: string,
   help: string,
   labels: readonly L[],
-): client.Counter<L> {
+): prom.Counter<L> {
   return new client.Counter({ name, help, labelNames: labels, registers });
 }
 
@@ -175,7 +195,7 @@ function gauge<L extends string>(
   name: string,
   help: string,
   labels: readonly L[],
-): client.Gauge<L> {
+): prom.Gauge<L> {
   return new client.Gauge({ name, help, labelNames: labels, registers });
 }
 
@@ -186,7 +206,7 @@ function histogram<L extends string>(
   help: string,
   labels: readonly L[],
   buckets: readonly number[],
-): client.Histogram<L> {
+): prom.Histogram<L> {
   return new client.Histogram({ name, help, labelNames: labels, buckets: [...buckets], registers });
 }
 
@@ -412,7 +432,7 @@ function runtimeMetrics(r: Registers, prefix: string): Pick<
  * event-loop lag from a bounded histogram, the `/proc/self` ones only where they can be read, and
  * the resident memory from Deno.
  */
-function addProcessMetrics(registry: client.Registry): void {
+function addProcessMetrics(registry: prom.Registry): void {
   // prom-client's nodejs_eventloop_lag_* metrics read a perf_hooks.monitorEventLoopDelay()
   // histogram; Deno's is unbounded (docs/design/manager.md, eventloop.ts). Hand prom-client the
   // bounded one instead (sampling every 100 ms, whatever resolution it asks for), for this call
@@ -433,11 +453,11 @@ function addProcessMetrics(registry: client.Registry): void {
   // own memoryUsage().rss needs no permission; the original collect still runs first, so the
   // virtual-memory and heap gauges it also fills keep working where /proc is readable.
   const resident = registry.getSingleMetric("process_resident_memory_bytes") as
-    | (client.Gauge & { collect?: () => void })
+    | (prom.Gauge & { collect?: () => void })
     | undefined;
   if (resident) {
     const collect = resident.collect;
-    resident.collect = function (this: client.Gauge) {
+    resident.collect = function (this: prom.Gauge) {
       collect?.call(this);
       this.set(Deno.memoryUsage().rss);
     };
@@ -451,99 +471,99 @@ function addProcessMetrics(registry: client.Registry): void {
  */
 export class Metrics {
   /** The registry served on `/metrics`. */
-  readonly registry: client.Registry;
+  readonly registry: prom.Registry;
   /**
    * `controller_runtime_reconcile_total{controller,result}`: reconciles by result (success,
    * error, requeue, requeue_after).
    */
-  declare readonly reconcileTotal: client.Counter<"controller" | "result">;
+  declare readonly reconcileTotal: prom.Counter<"controller" | "result">;
   /**
    * `controller_runtime_reconcile_errors_total{controller}`: reconciles that threw (or timed
    * out) with an error the error policy did not call expected; panics and terminal errors
    * included.
    */
-  declare readonly reconcileErrors: client.Counter<"controller">;
+  declare readonly reconcileErrors: prom.Counter<"controller">;
   /**
    * `controller_runtime_terminal_reconcile_errors_total{controller}`: reconcile errors that are
    * final (not requeued: a `TerminalError`, or an error policy's `terminal`).
    */
-  declare readonly terminalReconcileErrors: client.Counter<"controller">;
+  declare readonly terminalReconcileErrors: prom.Counter<"controller">;
   /**
    * `controller_runtime_reconcile_panics_total{controller}`: reconciles that threw a programming
    * fault (a JavaScript `TypeError`, `ReferenceError`, `RangeError`, `SyntaxError` or
    * `EvalError`, or a thrown value that is not an `Error`) — what a Go reconciler's recovered
    * panic is.
    */
-  declare readonly reconcilePanics: client.Counter<"controller">;
+  declare readonly reconcilePanics: prom.Counter<"controller">;
   /**
    * `controller_runtime_reconcile_timeouts_total{controller}`: reconciles whose
    * `reconcileTimeoutMs` bound ran out (whatever they then resolved or threw).
    */
-  declare readonly reconcileTimeouts: client.Counter<"controller">;
+  declare readonly reconcileTimeouts: prom.Counter<"controller">;
   /** `controller_runtime_reconcile_time_seconds{controller}`: duration of one reconcile (s). */
-  declare readonly reconcileTime: client.Histogram<"controller">;
+  declare readonly reconcileTime: prom.Histogram<"controller">;
   /** `controller_runtime_max_concurrent_reconciles{controller}`: workers of the controller. */
-  declare readonly maxConcurrentReconciles: client.Gauge<"controller">;
+  declare readonly maxConcurrentReconciles: prom.Gauge<"controller">;
   /** `controller_runtime_active_workers{controller}`: reconciles running now. */
-  declare readonly activeWorkers: client.Gauge<"controller">;
+  declare readonly activeWorkers: prom.Gauge<"controller">;
   /**
    * `workqueue_depth{name,controller,priority}`: keys waiting; `priority` is always "" (the queue
    * has no priorities), as controller-runtime's for a queue without them.
    */
-  declare readonly queueDepth: client.Gauge<"name" | "controller" | "priority">;
+  declare readonly queueDepth: prom.Gauge<"name" | "controller" | "priority">;
   /** `workqueue_adds_total{name,controller}`: adds (duplicates included). */
-  declare readonly queueAdds: client.Counter<"name" | "controller">;
+  declare readonly queueAdds: prom.Counter<"name" | "controller">;
   /** `workqueue_queue_duration_seconds{name,controller}`: time from add to a worker taking the key (s). */
-  declare readonly queueDuration: client.Histogram<"name" | "controller">;
+  declare readonly queueDuration: prom.Histogram<"name" | "controller">;
   /** `workqueue_work_duration_seconds{name,controller}`: time a worker held the key (s). */
-  declare readonly workDuration: client.Histogram<"name" | "controller">;
+  declare readonly workDuration: prom.Histogram<"name" | "controller">;
   /** `workqueue_retries_total{name,controller}`: rate-limited (backoff) re-adds. */
-  declare readonly queueRetries: client.Counter<"name" | "controller">;
+  declare readonly queueRetries: prom.Counter<"name" | "controller">;
   /** `workqueue_unfinished_work_seconds{name,controller}`: summed age of the reconciles in flight (s). */
-  declare readonly unfinishedWork: client.Gauge<"name" | "controller">;
+  declare readonly unfinishedWork: prom.Gauge<"name" | "controller">;
   /** `workqueue_longest_running_processor_seconds{name,controller}`: age of the oldest reconcile in flight (s). */
-  declare readonly longestRunning: client.Gauge<"name" | "controller">;
+  declare readonly longestRunning: prom.Gauge<"name" | "controller">;
   /**
    * `rest_client_requests_total{code,method,host}`: apiserver requests by answer, one per
    * attempt; fed by {@link Metrics.recordRequest}.
    */
-  declare readonly restRequests: client.Counter<"code" | "method" | "host">;
+  declare readonly restRequests: prom.Counter<"code" | "method" | "host">;
   /**
    * `rest_client_request_duration_seconds{verb,host}`: seconds from sending one attempt to its
    * answer's headers (or its failure), `verb` the HTTP method; fed by
    * {@link Metrics.recordRequest}. client-go times a whole request, its retries and client-side
    * rate limit included.
    */
-  declare readonly restRequestDuration: client.Histogram<"verb" | "host">;
+  declare readonly restRequestDuration: prom.Histogram<"verb" | "host">;
   /**
    * `certwatcher_read_certificate_total`: reads of the secure metrics server's
    * `--metrics-cert-dir` pair (at start and every reload check, 10 s); 0 without one.
    */
-  declare readonly certificateReads: client.Counter;
+  declare readonly certificateReads: prom.Counter;
   /**
    * `certwatcher_read_certificate_errors_total`: those reads that failed (a file unreadable, or a
    * pair that does not load).
    */
-  declare readonly certificateReadErrors: client.Counter;
+  declare readonly certificateReadErrors: prom.Counter;
   /** `leader_election_master_status{name}`: 1 while this process holds the Lease `name`, else 0. */
-  declare readonly leaderStatus: client.Gauge<"name">;
+  declare readonly leaderStatus: prom.Gauge<"name">;
   /** `<prefix>_reflector_relists_total{resource}`: relists after 410 Gone. */
-  declare readonly reflectorRelists: client.Counter<"resource">;
+  declare readonly reflectorRelists: prom.Counter<"resource">;
   /** `<prefix>_reflector_lists_total{resource}`: complete lists applied (initial and relists). */
-  declare readonly reflectorLists: client.Counter<"resource">;
+  declare readonly reflectorLists: prom.Counter<"resource">;
   /**
    * `<prefix>_leader_election_changes_total{name,change}`: this process's leadership changes of
    * the Lease `name`, `change` one of `acquired`, `lost` (renewal failed) and `released`.
    */
-  declare readonly leaderChanges: client.Counter<"name" | "change">;
+  declare readonly leaderChanges: prom.Counter<"name" | "change">;
   /** `<prefix>_reflector_watch_errors_total{resource}`: failed lists and watches. */
-  declare readonly reflectorWatchErrors: client.Counter<"resource">;
+  declare readonly reflectorWatchErrors: prom.Counter<"resource">;
   /**
    * `<prefix>_reflector_watches_open{resource}`: watches the apiserver has accepted and that
    * have not ended, summed over the reflectors of a resource; each reflector's series exists (at
    * 0) from its creation. Equal to the number of reflectors when every one is watching.
    */
-  declare readonly reflectorWatchesOpen: client.Gauge<"resource">;
+  declare readonly reflectorWatchesOpen: prom.Gauge<"resource">;
 
   /**
    * Creates every metric on a fresh registry, with default process metrics.
@@ -600,9 +620,9 @@ export class Metrics {
       help,
       labelNames: labels,
       registers: [this.registry],
-      collect(this: client.Gauge<L>) {
+      collect(this: prom.Gauge<L>) {
         this.reset();
-        for (const [l, v] of collect()) this.set(l as client.LabelValues<L>, v);
+        for (const [l, v] of collect()) this.set(l as prom.LabelValues<L>, v);
       },
     });
   }
