@@ -29,7 +29,8 @@ function shellQuote(value: string): string {
 
 const USAGE = `usage: deno run -A tests/cluster/cluster.ts <command> [flags]
   up [--nodes N] [--dir D]   build binaries if needed, start a cluster, leave it running; prints
-                             shell exports of KUBECONFIG and PATH (its kubectl) for eval
+                             shell exports of KUBECONFIG and PATH (its kubectl) for eval; a
+                             healthy cluster already running in D is left as it is
   env [--dir D]              the same exports for the running cluster (no restart)
   down [--dir D]             stop the cluster
   status [--dir D]           show the cluster's processes and API server readiness`;
@@ -54,6 +55,17 @@ export async function cli(args: string[]): Promise<number> {
   switch (command) {
     case "up": {
       const nodes = values.nodes === undefined ? DEFAULT_NODES : Number(values.nodes);
+      // A second `up` leaves a healthy cluster (and what runs against it) alone, as `kind create
+      // cluster` refuses to replace one; `down` first to start afresh.
+      const running = await readClusterInfo(dir);
+      if (running && (await health(dir, running)).healthy) {
+        console.log(
+          `# a cluster is already running in ${dir}: left as it is (${running.server}); ` +
+            `deno task cluster:down${values.dir ? ` --dir ${dir}` : ""} stops it`,
+        );
+        console.log(exportLines(running));
+        return 0;
+      }
       const abort = new AbortController();
       const onSignal = () => abort.abort(new Error("interrupted"));
       Deno.addSignalListener("SIGINT", onSignal);
@@ -100,21 +112,22 @@ export async function cli(args: string[]): Promise<number> {
   }
 }
 
-async function status(dir: string): Promise<number> {
-  const info = await readClusterInfo(dir);
-  if (!info) {
-    console.log(`no cluster recorded in ${dir}`);
-    return 1;
-  }
+/**
+ * Whether the cluster recorded in `dir` is whole: every component and the watchdog alive (and this
+ * cluster's, not a reused pid), and the apiserver's /readyz answering 200. `lines`: one per
+ * process and one for /readyz, for `status`.
+ */
+async function health(
+  dir: string,
+  info: ClusterInfo,
+): Promise<{ healthy: boolean; lines: string[] }> {
   let healthy = true;
-  console.log(
-    `dir:        ${info.dir}\nserver:     ${info.server}\nkubeconfig: ${info.kubeconfig}`,
-  );
+  const lines: string[] = [];
   for (const name of [...COMPONENTS, WATCHDOG]) {
     const pid = (await readPidFile(join(dir, "run", `${name}.pid`))) ?? info.pids[name];
     const alive = pid !== undefined && isAlive(pid) && belongsTo(pid, dir);
     healthy &&= alive;
-    console.log(`${name.padEnd(24)} ${alive ? "running" : "NOT RUNNING"} (pid ${pid ?? "-"})`);
+    lines.push(`${name.padEnd(24)} ${alive ? "running" : "NOT RUNNING"} (pid ${pid ?? "-"})`);
   }
   let readyz: string;
   try {
@@ -126,6 +139,20 @@ async function status(dir: string): Promise<number> {
     readyz = errorText(err);
   }
   healthy &&= readyz === "ok";
-  console.log(`${"readyz".padEnd(24)} ${readyz}`);
+  lines.push(`${"readyz".padEnd(24)} ${readyz}`);
+  return { healthy, lines };
+}
+
+async function status(dir: string): Promise<number> {
+  const info = await readClusterInfo(dir);
+  if (!info) {
+    console.log(`no cluster recorded in ${dir}`);
+    return 1;
+  }
+  console.log(
+    `dir:        ${info.dir}\nserver:     ${info.server}\nkubeconfig: ${info.kubeconfig}`,
+  );
+  const { healthy, lines } = await health(dir, info);
+  for (const l of lines) console.log(l);
   return healthy ? 0 : 1;
 }
