@@ -36,41 +36,21 @@ if [[ -n ${HELM_BIN:-} ]]; then
   exit 0
 fi
 
-# The cache key must match what the Go module pins, or the cache would lie.
-grep -q "helm.sh/helm/v4 $HELM_VERSION\$" "$here/build/helm/go.mod" ||
-  die "build/helm/go.mod does not pin helm.sh/helm/v4 $HELM_VERSION"
-
-mkdir -p "$bin"
-# One builder at a time per cache folder; a second caller waits (at most an hour).
-exec 9>"$bin/.lock"
-flock -w 3600 9 || die "timed out waiting for another build_helm.sh (lock $bin/.lock)"
-rm -rf "$bin"/.build.*
-
-if [[ -x $bin/helm && -f $bin/helm && -e $bin/.recipe && $(<"$bin/.recipe") == "$RECIPE" ]]; then
+# require_pin, lock_cache, cached, go_build_into, and the cleanup of an interrupted build.
+# shellcheck source=build_common.sh
+source "$here/build_common.sh"
+require_pin "$here/build/helm/go.mod" "helm.sh/helm/v4 $HELM_VERSION"
+lock_cache "$bin" build_helm.sh
+if cached "$bin" "$RECIPE" helm; then
   say "helm: cached"
   printf '%s\n' "$bin/helm"
   exit 0
 fi
 
-# find_go, and the cleanup of an interrupted build.
-# shellcheck source=build_common.sh
-source "$here/build_common.sh"
-find_go helm
-
-tmp=$(mktemp -d "$bin/.build.XXXXXX")
 say "helm: building $HELM_VERSION from tests/cluster/build/helm ..."
-start=$SECONDS
 # Helm's own Makefile stamps the version into internal/version; without it `helm version` says
-# v4.0+unreleased. nice 19: the build shares the machine with tests.
-ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
-(cd "$here/build/helm" &&
-  GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-    exec setsid nice -n 19 "$go" build -trimpath -ldflags="$ldflags" -o "$tmp/" helm.sh/helm/v4/cmd/helm) >&2 &
-gopid=$!
-wait "$gopid" || die "go build failed for helm"
-gopid=
-[[ -x $tmp/helm ]] || die "go build did not produce helm"
-mv -f "$tmp/helm" "$bin/helm"
-echo "$RECIPE" >"$bin/.recipe"
-say "helm: built in $((SECONDS - start))s"
+# v4.0+unreleased.
+go_build_into "$bin" "$RECIPE" helm helm "$here/build/helm" -- -trimpath \
+  -ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+  helm.sh/helm/v4/cmd/helm
 printf '%s\n' "$bin/helm"

@@ -40,41 +40,18 @@ if [[ -n ${OTELCOL_BIN:-} ]]; then
   exit 0
 fi
 
-# The cache key must be the release the module pins, or the cache would lie.
-grep -q "go.opentelemetry.io/collector/otelcol $OTELCOL_RELEASE\$" "$here/build/otelcol/go.mod" ||
-  die "build/otelcol/go.mod does not pin go.opentelemetry.io/collector/otelcol $OTELCOL_RELEASE"
-
-mkdir -p "$bin"
-# One builder at a time per cache folder; a second caller waits (at most an hour).
-exec 9>"$bin/.lock"
-flock -w 3600 9 || die "timed out waiting for another build_otelcol.sh (lock $bin/.lock)"
-rm -rf "$bin"/.build.*
-
-if [[ -e $bin/.recipe && $(<"$bin/.recipe") == "$RECIPE" && -x $bin/otelcol && -f $bin/otelcol ]]; then
+# require_pin, lock_cache, cached, go_build_into, and the cleanup of an interrupted build.
+# shellcheck source=build_common.sh
+source "$here/build_common.sh"
+require_pin "$here/build/otelcol/go.mod" "go.opentelemetry.io/collector/otelcol $OTELCOL_RELEASE"
+lock_cache "$bin" build_otelcol.sh
+if cached "$bin" "$RECIPE" otelcol; then
   say "otelcol: cached"
   printf '%s\n' "$bin/otelcol"
   exit 0
 fi
 
-# find_go, and the cleanup of an interrupted build.
-# shellcheck source=build_common.sh
-source "$here/build_common.sh"
-find_go otelcol
-
-tmp=$(mktemp -d "$bin/.build.XXXXXX")
 say "otelcol: building $OTELCOL_RELEASE from tests/cluster/build/otelcol ..."
-start=$SECONDS
-rm -f "$bin/.recipe"
-# nice 19: the build shares the machine with tests.
-(cd "$here/build/otelcol" &&
-  GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-    exec setsid nice -n 19 "$go" build -trimpath \
-    -ldflags="-s -w -X main.version=${OTELCOL_RELEASE#v}" -o "$tmp/otelcol" .) >&2 &
-gopid=$!
-wait "$gopid" || die "go build failed for otelcol"
-gopid=
-[[ -x $tmp/otelcol ]] || die "go build did not produce otelcol"
-mv -f "$tmp/otelcol" "$bin/otelcol"
-echo "$RECIPE" >"$bin/.recipe"
-say "otelcol: built in $((SECONDS - start))s"
+go_build_into "$bin" "$RECIPE" otelcol otelcol "$here/build/otelcol" -- \
+  -trimpath -ldflags="-s -w -X main.version=${OTELCOL_RELEASE#v}" .
 printf '%s\n' "$bin/otelcol"

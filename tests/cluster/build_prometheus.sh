@@ -51,53 +51,24 @@ if [[ -n ${PROMETHEUS_DIR:-} ]]; then
   exit 0
 fi
 
-# The cache key must match what the Go module pins, or the cache would lie.
-grep -q "github.com/prometheus/prometheus $PROMETHEUS_VERSION\$" "$here/build/prometheus/go.mod" ||
-  die "build/prometheus/go.mod does not pin github.com/prometheus/prometheus $PROMETHEUS_VERSION"
-
-mkdir -p "$bin"
-# One builder at a time per cache folder; a second caller waits (at most an hour).
-exec 9>"$bin/.lock"
-flock -w 3600 9 || die "timed out waiting for another build_prometheus.sh (lock $bin/.lock)"
-rm -rf "$bin"/.build.*
-
-cached() {
-  [[ -e $bin/.recipe && $(<"$bin/.recipe") == "$RECIPE" ]] || return 1
-  for b in prometheus promtool; do [[ -x $bin/$b && -f $bin/$b ]] || return 1; done
-}
-if cached; then
+# require_pin, lock_cache, cached, go_build_into, and the cleanup of an interrupted build.
+# shellcheck source=build_common.sh
+source "$here/build_common.sh"
+require_pin "$here/build/prometheus/go.mod" "github.com/prometheus/prometheus $PROMETHEUS_VERSION"
+lock_cache "$bin" build_prometheus.sh
+if cached "$bin" "$RECIPE" prometheus promtool; then
   say "prometheus, promtool: cached"
   printf '%s\n' "$bin"
   exit 0
 fi
 
-# find_go, and the cleanup of an interrupted build.
-# shellcheck source=build_common.sh
-source "$here/build_common.sh"
-find_go prometheus promtool
-
-tmp=$(mktemp -d "$bin/.build.XXXXXX")
 say "prometheus, promtool: building $PROMETHEUS_VERSION ($PROMETHEUS_RELEASE) from tests/cluster/build/prometheus ..."
-start=$SECONDS
 # Prometheus's release builds (promu) stamp these; without them `prometheus --version` prints
-# nothing useful. No build date: the same sources give the same binaries. nice 19: the build
-# shares the machine with tests.
+# nothing useful. No build date: the same sources give the same binaries.
 v=github.com/prometheus/common/version
 ldflags="-s -w -X $v.Version=$PROMETHEUS_RELEASE -X $v.Revision=$PROMETHEUS_VERSION"
 ldflags+=" -X $v.Branch=HEAD -X $v.BuildUser=appservice-operator/build_prometheus.sh"
-rm -f "$bin/.recipe"
-(cd "$here/build/prometheus" &&
-  GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-    exec setsid nice -n 19 "$go" build -trimpath -tags remove_all_sd -ldflags="$ldflags" -o "$tmp/" \
-    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool) >&2 &
-gopid=$!
-wait "$gopid" || die "go build failed for prometheus, promtool"
-gopid=
-for b in prometheus promtool; do
-  [[ -x $tmp/$b ]] || die "go build did not produce $b"
-done
-mv -f "$tmp/prometheus" "$bin/prometheus"
-mv -f "$tmp/promtool" "$bin/promtool"
-echo "$RECIPE" >"$bin/.recipe"
-say "prometheus, promtool: built in $((SECONDS - start))s"
+go_build_into "$bin" "$RECIPE" "prometheus, promtool" "prometheus promtool" \
+  "$here/build/prometheus" -- -trimpath -tags remove_all_sd -ldflags="$ldflags" \
+  github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 printf '%s\n' "$bin"
