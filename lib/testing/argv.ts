@@ -67,7 +67,20 @@ export function apiserverArgv(info: ClusterInfo, port: number): string[] {
     "--shutdown-send-retry-after=true",
     `--kubelet-client-certificate=${join(pki, "admin.crt")}`,
     `--kubelet-client-key=${join(pki, "admin.key")}`,
+    ...featureGatesArgv(info.featureGates),
   ];
+}
+
+/**
+ * `--feature-gates=A=true,B=false` for the gates given (sorted by name), none for none.
+ * @throws RangeError for a name other than letters and digits (kube-apiserver's gate names)
+ */
+export function featureGatesArgv(gates: Record<string, boolean> = {}): string[] {
+  const names = Object.keys(gates).sort();
+  const bad = names.filter((n) => !/^[A-Za-z][A-Za-z0-9]*$/.test(n));
+  if (bad.length > 0) throw new RangeError(`bad feature gate name(s): ${JSON.stringify(bad)}`);
+  if (names.length === 0) return [];
+  return [`--feature-gates=${names.map((n) => `${n}=${gates[n] === true}`).join(",")}`];
 }
 
 /** kube-controller-manager's command line (its own kubeconfig, the cluster's CIDRs and signing keys). */

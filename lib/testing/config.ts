@@ -37,6 +37,12 @@ export interface ClusterInfo {
    * written before the option existed, which means `"full"`.
    */
   components?: ControlPlaneComponents;
+  /**
+   * Feature gates kube-apiserver runs with (`--feature-gates`, e.g. `{ ShardedListAndWatch: true
+   * }`); absent or empty: the release's defaults. Also in `apiserverArgs`, so an
+   * apiserver restart keeps them.
+   */
+  featureGates?: Record<string, boolean>;
 }
 
 /**
@@ -65,6 +71,14 @@ export interface StartClusterOptions {
   components?: ControlPlaneComponents;
   /** Aborts the start; whatever was started is stopped again. */
   signal?: AbortSignal;
+  /**
+   * Feature gates of kube-apiserver, by name (`--feature-gates=A=true,B=false`), e.g.
+   * `{ ShardedListAndWatch: true }` to serve `shardSelector` on lists and watches (alpha in
+   * Kubernetes 1.36, off by default). Only the apiserver gets them: the other components keep their
+   * defaults. Default: none, the release's defaults. Names must be letters and digits (an unknown
+   * name makes kube-apiserver exit at start, reported with its log).
+   */
+  featureGates?: Record<string, boolean>;
   /**
    * Keep the cluster running after the calling process exits (what the CLI `up` does). Risk:
    * nothing but {@linkcode stopCluster}, `cluster.ts down` or the watchdog's maximum lifetime

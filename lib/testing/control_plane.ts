@@ -52,6 +52,13 @@ export interface StartControlPlaneOptions {
   crds?: (string | KubeObject)[];
   /** Options of the admin client {@linkcode ControlPlane.client} makes (e.g. `userAgent`). */
   clientOptions?: ClientOptions;
+  /**
+   * Feature gates of kube-apiserver by name, e.g. `{ ShardedListAndWatch: true }` (alpha in
+   * Kubernetes 1.36: `shardSelector` on lists and watches). Kept across
+   * {@linkcode ControlPlane.restartApiserver}, reported by {@linkcode ControlPlane.featureGates}
+   * (also of a plane found with {@linkcode connectControlPlane}). Default: the release's defaults.
+   */
+  featureGates?: Record<string, boolean>;
   /** Aborts the start; whatever was started is stopped again. */
   signal?: AbortSignal;
 }
@@ -197,6 +204,15 @@ export class ControlPlane implements AsyncDisposable {
   /** The apiserver's audit log: one JSON event per line, every request at Metadata level. */
   get auditLogFile(): string {
     return join(this.info.dir, "audit.log");
+  }
+
+  /**
+   * The feature gates kube-apiserver was started with (`--feature-gates`), by name; `{}` when none
+   * was given (the release's defaults). Read from `cluster.json`, so also known to a plane found
+   * with {@linkcode connectControlPlane}.
+   */
+  get featureGates(): Record<string, boolean> {
+    return { ...this.info.featureGates };
   }
 
   /** Folder of the binaries it runs (etcd, kube-apiserver, kubectl when there, ...). */
@@ -447,6 +463,7 @@ export async function startControlPlane(
       dir,
       components: opts.components,
       nodes: opts.nodes,
+      featureGates: opts.featureGates,
       signal: opts.signal,
     });
   } catch (err) {

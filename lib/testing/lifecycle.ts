@@ -14,7 +14,14 @@ import {
   waitApiserverReady,
   withApi,
 } from "./api.ts";
-import { apiserverArgv, controllerManagerArgv, etcdArgv, kwokArgv, schedulerArgv } from "./argv.ts";
+import {
+  apiserverArgv,
+  controllerManagerArgv,
+  etcdArgv,
+  featureGatesArgv,
+  kwokArgv,
+  schedulerArgv,
+} from "./argv.ts";
 import {
   CLUSTER_READY_TIMEOUT_MS,
   type ClusterInfo,
@@ -52,12 +59,14 @@ import { errorText, exists, sleep, withTimeout } from "./util.ts";
  * API server is ready and, with `components: "full"` (the default), the `default` ServiceAccount
  * exists in namespace `default` and every kwok Node is Ready. A cluster left running in the same
  * folder is stopped first, and the folder's previous state (etcd data, certificates, logs) is
- * removed.
+ * removed. `opts.featureGates` go to kube-apiserver's command line (and so into
+ * `ClusterInfo.apiserverArgs`, which {@linkcode restartApiserver} reuses).
  *
  * On failure everything started is stopped and the Error names the component and carries the
  * last lines of its log. `startControlPlane` (control_plane.ts) wraps this with a client,
  * identities, CRDs and the audit log.
- * @throws RangeError for `nodes` outside 0..1000, or nodes with `components: "minimal"`
+ * @throws RangeError for `nodes` outside 0..1000, nodes with `components: "minimal"`, or a
+ *   feature gate name other than letters and digits
  */
 export async function startCluster(opts: StartClusterOptions = {}): Promise<ClusterInfo> {
   const signal = opts.signal;
@@ -71,6 +80,8 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Clus
     throw new RangeError(`nodes need kwok: components "minimal" runs none, got nodes ${nodes}`);
   }
   const dir = resolve(opts.dir ?? defaultClusterDir());
+  const featureGates = { ...opts.featureGates };
+  featureGatesArgv(featureGates); // a bad name is an error before anything is stopped or built
   signal?.throwIfAborted();
 
   await stopCluster(dir);
@@ -94,6 +105,7 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Clus
     pids: {},
     apiserverArgs: [],
     components,
+    ...(Object.keys(featureGates).length > 0 ? { featureGates } : {}),
   };
   await writeConfigFiles(info);
   info.apiserverArgs = apiserverArgv(info, apiserverPort);

@@ -18,6 +18,7 @@ import {
 } from "../../lib/kube/mod.ts";
 import {
   connectControlPlane,
+  type ControlPlane,
   startConnectProxy,
   startControlPlane,
   startFaultProxy,
@@ -222,4 +223,106 @@ Deno.test("./testing: a control plane of its own, identities, CRDs, audit log, f
     return true;
   }, () => false);
   assert(!listening, `something still listens on ${plane.server} after stop`);
+});
+
+/** 64-bit FNV-1a of `s`'s UTF-8 bytes: the hash of `shardRange` (apimachinery pkg/sharding). */
+function fnv1a64(s: string): bigint {
+  let h = 0xcbf29ce484222325n;
+  for (const b of new TextEncoder().encode(s)) {
+    h = ((h ^ BigInt(b)) * 0x100000001b3n) & 0xffffffffffffffffn;
+  }
+  return h;
+}
+
+const CONFIG_MAPS: ResourceType = {
+  apiVersion: "v1",
+  kind: "ConfigMap",
+  plural: "configmaps",
+  namespaced: true,
+};
+/**
+ * The lower half of the hash space. Bounds must be `0x` and 16 hex digits: kube-apiserver 1.36.3
+ * answers `0x0` with 500 "hexStart must be a 0x-prefixed 16-digit hex value".
+ */
+const LOWER_HALF =
+  "shardRange(object.metadata.namespace, '0x0000000000000000', '0x8000000000000000')";
+
+/** A list answer's part the step reads. */
+interface ShardedList {
+  metadata?: { shardInfo?: { selector?: string } };
+  items: KubeObject[];
+}
+
+Deno.test("./testing: featureGates reach kube-apiserver (ShardedListAndWatch on and off)", async (t) => {
+  // Three namespaces on each side of 2^63 (the lower half's bound), the first found.
+  const candidates = Array.from({ length: 200 }, (_, i) => `gate-${i}-ns`);
+  const lower = candidates.filter((n) => fnv1a64(n) < 1n << 63n).slice(0, 3).sort();
+  const upper = candidates.filter((n) => fnv1a64(n) >= 1n << 63n).slice(0, 3);
+  assert(lower.length === 3 && upper.length === 3, `halves: ${lower} | ${upper}`);
+  const names = [...lower, ...upper];
+  /** One ConfigMap per namespace, then the list of all ConfigMaps with the selector. */
+  const seed = async (plane: ControlPlane) => {
+    for (const ns of names) {
+      await plane.client().create(NAMESPACES, { metadata: { name: ns } } as KubeObject);
+      await plane.client().create(CONFIG_MAPS, {
+        apiVersion: "v1",
+        kind: "ConfigMap",
+        metadata: { name: "c", namespace: ns },
+      } as KubeObject, { namespace: ns });
+    }
+  };
+  const listLower = async (plane: ControlPlane) => {
+    const q = new URLSearchParams({ shardSelector: LOWER_HALF });
+    const l = await plane.client().raw<ShardedList>(`/api/v1/configmaps?${q}`);
+    const all = [...new Set(l.items.map((o) => o.metadata!.namespace!))].sort();
+    // Others' (kube-system's) too, when in range: the test's own are compared.
+    const namespaces = all.filter((ns) => names.includes(ns));
+    const outOfRange = all.filter((ns) => fnv1a64(ns) >= 1n << 63n);
+    return { namespaces, outOfRange, shardInfo: l.metadata?.shardInfo };
+  };
+
+  await t.step("on: a list with shardSelector holds only the range and says so", async () => {
+    const plane = await startControlPlane({
+      components: "minimal",
+      featureGates: { ShardedListAndWatch: true },
+    });
+    try {
+      assert(
+        plane.info.apiserverArgs.includes("--feature-gates=ShardedListAndWatch=true"),
+        plane.info.apiserverArgs.join(" "),
+      );
+      await seed(plane);
+      const on = await listLower(plane);
+      assertEquals(on.namespaces, lower);
+      assertEquals(on.outOfRange, []);
+      assertEquals(on.shardInfo?.selector?.includes("object.metadata.namespace"), true);
+      await plane.restartApiserver(200);
+      assertEquals((await listLower(plane)).namespaces, lower, "after restartApiserver");
+      await using found = await connectControlPlane(plane.dir);
+      assertEquals(found.featureGates, { ShardedListAndWatch: true });
+    } finally {
+      await plane.stop();
+    }
+  });
+
+  await t.step("off: the same list holds every namespace and no shardInfo", async () => {
+    const plane = await startControlPlane({
+      components: "minimal",
+      featureGates: { ShardedListAndWatch: false },
+    });
+    try {
+      assertEquals(plane.featureGates, { ShardedListAndWatch: false });
+      await seed(plane);
+      const off = await listLower(plane);
+      assertEquals(off.namespaces, [...names].sort());
+      assertEquals(off.shardInfo, undefined);
+    } finally {
+      await plane.stop();
+    }
+  });
+
+  await t.step("a gate name that is no name is refused before anything starts", async () => {
+    const err = await startControlPlane({ featureGates: { "A=true,B": true } }).catch((e) => e);
+    assert(err instanceof RangeError, String(err));
+  });
 });
