@@ -224,6 +224,7 @@ function managerOptions(
     leaderElect: v["leader-elect"],
     leaderElectionNamespace: v["leader-election-namespace"], // "": the client's namespace
     leaderElectionId: v["leader-election-id"],
+    shards: v["shards"],
     leaseDurationSeconds: v["leader-elect-lease-duration"] / 1000,
     renewDeadlineMs: v["leader-elect-renew-deadline"],
     retryPeriodMs: v["leader-elect-retry-period"],

@@ -33,6 +33,8 @@ export interface FlagSpec {
   kind: FlagKind;
   /** Allowed values of an `enum` flag. */
   choices?: readonly string[];
+  /** Smallest and largest value of an `int` flag (inclusive); default ≥ 0. */
+  range?: readonly [number, number];
   /** Default, as text in the flag's own syntax ("" for none). */
   default: string;
   /** One line for `--help` and docs/operations.md. */
@@ -132,6 +134,15 @@ export const FLAG_TABLE = [
     kind: "duration",
     default: "2s",
     help: "Interval between Lease attempts (client-go default 2s).",
+  },
+  {
+    name: "shards",
+    env: "APPSERVICE_SHARDS",
+    kind: "int",
+    range: [1, 256],
+    default: "1",
+    help:
+      "Share the namespaces among the replicas in this many shards, a Lease each (1..256; 1: one Lease, --leader-elect).",
   },
   {
     name: "max-concurrent-reconciles",
@@ -326,6 +337,9 @@ export function parseFlags(
         case "int": {
           const n = Number(raw);
           if (!Number.isInteger(n) || n < 0) throw new Error(`"${raw}" is not a whole number`);
+          if (f.range && (n < f.range[0] || n > f.range[1])) {
+            throw new Error(`"${raw}" is not from ${f.range[0]} to ${f.range[1]}`);
+          }
           values[f.name] = n;
           break;
         }

@@ -92,7 +92,13 @@ export interface ObjectList<T> {
   /** Kind of the list, e.g. `PodList`. */
   kind?: string;
   /** `resourceVersion` to watch from; `continue` token of the next page, if any. */
-  metadata: { resourceVersion?: string; continue?: string; remainingItemCount?: number };
+  metadata: {
+    resourceVersion?: string;
+    continue?: string;
+    remainingItemCount?: number;
+    /** Set when a shard selector was applied (`ShardedListAndWatch`): the selector echoed. */
+    shardInfo?: { selector?: string };
+  };
   /** The objects of this page. */
   items: T[];
 }

@@ -32,6 +32,13 @@ export interface ListOptions extends CallOptions {
   resourceVersion?: string;
   /** How `resourceVersion` is matched (Kubernetes API concepts, "Resource versions"). */
   resourceVersionMatch?: "NotOlderThan" | "Exact";
+  /**
+   * Shard selector (`shardRange(object.metadata.namespace, '0x..', '0x..') || ...`, the
+   * `ShardedListAndWatch` feature gate, alpha; lib/runtime/shards.ts): only objects whose field
+   * hash falls in a range. An apiserver without the gate ignores it (the list's
+   * `metadata.shardInfo` says whether it was applied).
+   */
+  shardSelector?: string;
 }
 
 /** Options of a watch call. */
@@ -40,6 +47,13 @@ export interface WatchOptions extends CallOptions {
   labelSelector?: string;
   /** Field selector, e.g. `metadata.name=x`. */
   fieldSelector?: string;
+  /**
+   * Shard selector (`shardRange(object.metadata.namespace, '0x..', '0x..') || ...`, the
+   * `ShardedListAndWatch` feature gate, alpha; lib/runtime/shards.ts): only objects whose field
+   * hash falls in a range. An apiserver without the gate ignores it (the list's
+   * `metadata.shardInfo` says whether it was applied).
+   */
+  shardSelector?: string;
   /** Start after this resourceVersion. */
   resourceVersion?: string;
   /** Ask for BOOKMARK events (they carry only a resourceVersion). */
@@ -152,6 +166,7 @@ export function listQuery(o: ListOptions): Query {
     continue: o.continue,
     resourceVersion: o.resourceVersion,
     resourceVersionMatch: o.resourceVersionMatch,
+    shardSelector: o.shardSelector,
   };
 }
 
@@ -181,6 +196,7 @@ export function watchQuery(o: WatchOptions): Query {
     timeoutSeconds: o.timeoutSeconds,
     sendInitialEvents: o.sendInitialEvents,
     resourceVersionMatch: o.resourceVersionMatch,
+    shardSelector: o.shardSelector,
   };
 }
 

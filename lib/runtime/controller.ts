@@ -387,6 +387,20 @@ export class Controller {
   }
 
   /**
+   * Adds every primary key (`allKeys`) that `matches` names, e.g. the keys of a shard whose
+   * objects are all in the caches now (docs/design/sharding.md). Returns how many were added.
+   */
+  enqueueAll(matches: (key: string) => boolean = () => true): number {
+    let n = 0;
+    for (const k of this.#o.allKeys?.() ?? []) {
+      if (!matches(k)) continue;
+      this.queue.add(k);
+      n++;
+    }
+    return n;
+  }
+
+  /**
    * Aborts every in-flight reconcile now (self-fencing after a lost Lease); their signal's reason
    * is `reason`, by default a {@link FencedError} (reason `NotHeld`, in flight) — the one error of
    * "not allowed to write" (docs/design/leadership.md).

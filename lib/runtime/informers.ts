@@ -8,7 +8,6 @@
 import type { KubeObject } from "../kube/client.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import type { Informer, InformerReflector } from "./controller.ts";
-import type { Reflector } from "./reflector.ts";
 import { type IndexFunc, Store } from "./store.ts";
 
 /** Options of {@link Manager.informer}. */
@@ -32,13 +31,16 @@ export interface InformerOptions<T extends KubeObject> {
   transform?: (obj: T) => T;
 }
 
-/** Makes the reflector of a new informer (the manager's, with its options, metrics and logs). */
+/**
+ * Makes the reflector of a new informer (the manager's, with its options, metrics and logs: a
+ * `Reflector`, or with several shards a `ShardReflector` around one, shard_reflector.ts).
+ */
 export type ReflectorFactory = <T extends KubeObject>(
   resource: ResourceType,
   store: Store<T>,
   namespace: string | undefined,
   opts: InformerOptions<T>,
-) => Reflector<T>;
+) => InformerReflector;
 
 /** Options of {@link InformerRegistry}. */
 export interface InformerRegistryOptions {

@@ -52,6 +52,26 @@ export const RETRY_PERIOD_MS = 2_000;
 export const RETRY_JITTER = 1.2;
 
 /**
+ * The defaults of an elector's timing, clock and jitter (client-go's durations; the real clock;
+ * Math.random), shared by {@link LeaderElector} and the sharded elector (shard_elector.ts).
+ */
+export function electorDefaults(): {
+  leaseDurationSeconds: number;
+  renewDeadlineMs: number;
+  retryPeriodMs: number;
+  clock: Clock;
+  random: () => number;
+} {
+  return {
+    leaseDurationSeconds: LEASE_DURATION_SECONDS,
+    renewDeadlineMs: RENEW_DEADLINE_MS,
+    retryPeriodMs: RETRY_PERIOD_MS,
+    clock: realClock,
+    random: Math.random,
+  };
+}
+
+/**
  * Bound of one Lease attempt (ms): half the renew deadline, at least 1 s — the timeout client-go
  * gives the lock's client (`resourcelock.NewFromKubeconfig`). A timed-out attempt drops the pooled
  * connections and the next one goes at once, on a new connection (docs/design/leadership.md).
@@ -172,14 +192,7 @@ export class LeaderElector {
    * @throws Error for options client-go's `NewLeaderElector` refuses
    */
   constructor(o: LeaderElectorOptions) {
-    this.#o = {
-      leaseDurationSeconds: LEASE_DURATION_SECONDS,
-      renewDeadlineMs: RENEW_DEADLINE_MS,
-      retryPeriodMs: RETRY_PERIOD_MS,
-      clock: realClock,
-      random: Math.random,
-      ...o,
-    };
+    this.#o = { ...electorDefaults(), ...o };
     this.#clock = this.#o.clock;
     validateElectorOptions(o.identity, this.#o);
     const clock = this.#clock;
@@ -204,6 +217,16 @@ export class LeaderElector {
   /** The last holder observed in the Lease ("" when none). */
   get observedHolder(): string {
     return this.#observed?.holder ?? "";
+  }
+
+  /**
+   * Records `lease` (undefined: missing) as seen now, e.g. in a list of Leases, and returns when
+   * (clock ms) an attempt may take it: now when it has no holder, else when it runs out on this
+   * replica's clock — the rules of {@link tryAcquireOrRenew} (the sharded elector,
+   * shard_elector.ts, picks its attempts with it).
+   */
+  observeLease(lease: Lease | undefined): number {
+    return this.#nextTry(lease);
   }
 
   /** A Lease write sent at `stamp` made or kept this candidate the holder. */

@@ -20,6 +20,11 @@
  *   ends every controller is fenced at once (in-flight reconciles aborted with `FencedError`); a
  *   lost Lease makes {@link Manager.run} resolve 1. The Lease goes through
  *   `leaderElectionClient`, another client (no fence).
+ * - With `shards` > 1 (docs/design/sharding.md) the replicas share the namespaces by shard: a
+ *   Lease per shard and a membership Lease per replica (shard_elector.ts), namespaced informers
+ *   listing and watching only the held shards (shard_reflector.ts), work queues taking only the
+ *   keys of held, synced shards (shard_work.ts), and a write fence per shard. A lost shard does
+ *   not end the process; `run` resolves 0 on the signal, having given every shard back.
  * - `/metrics` is served on every replica: plain HTTP by default (controller-runtime's
  *   `SecureServing` default), or with `metricsSecure` over HTTPS with each request authenticated
  *   (TokenReview) and authorized (SubjectAccessReview) through a client of its own
@@ -59,8 +64,19 @@ import { Metrics } from "./metrics.ts";
 import { DEFAULT_WATCH_IDLE_TIMEOUT_MS, Reflector } from "./reflector.ts";
 import { RunnableGroups, whenAborted } from "./runnables.ts";
 import type { Store } from "./store.ts";
+import { checkShardCount } from "./shards.ts";
+import { ShardReflector } from "./shard_reflector.ts";
+import { shardingRunnables, type ShardingRuntime } from "./shard_work.ts";
+import type { InformerReflector } from "./controller.ts";
 
 export type { InformerOptions } from "./informers.ts";
+
+/** The sharding state shared by the informers made before {@link Manager.run} and its runnables. */
+function newShardingRuntime(): ShardingRuntime {
+  let resolve!: (m: "server" | "client") => void;
+  const mode = new Promise<"server" | "client">((r) => resolve = r);
+  return { mode, setMode: resolve, reflectors: [], resources: [] };
+}
 
 /**
  * Options of {@link Manager}; durations in ms unless the name says seconds. Only `client` is
@@ -101,6 +117,12 @@ export interface ManagerOptions {
   healthProbeBindAddress?: string;
   /** Reconcile only while holding the Lease (several replicas); default false: always. */
   leaderElect?: boolean;
+  /**
+   * Number of shards the replicas share the namespaces by (1..256; docs/design/sharding.md);
+   * default 1: one Lease (`leaderElect`), nothing else changes. With more, the replicas always
+   * elect, one Lease per shard named `<leaderElectionId>-shard-<k>`, `leaderElect` or not.
+   */
+  shards?: number;
   /** Namespace of the Lease; default the client's namespace (kubeconfig context or pod's). */
   leaderElectionNamespace?: string;
   /** Name of the Lease (coordination.k8s.io/v1); required with `leaderElect`. */
@@ -177,7 +199,8 @@ type ResolvedOptions =
 /**
  * The one place {@link ManagerOptions}' defaults are filled in (controller-runtime's and
  * client-go's, see each option).
- * @throws Error for `leaderElect` without `leaderElectionId`
+ * @throws Error for `leaderElect` or `shards` > 1 without `leaderElectionId`, RangeError for
+ *   `shards` outside 1..256
  */
 function resolveManagerOptions(o: ManagerOptions): ResolvedOptions {
   const r: ResolvedOptions = {
@@ -199,9 +222,11 @@ function resolveManagerOptions(o: ManagerOptions): ResolvedOptions {
     watchIdleTimeoutMs: o.watchIdleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
     useWatchList: o.useWatchList ?? false,
     freezeCache: o.freezeCache ?? false,
+    shards: o.shards ?? 1,
   };
-  if (r.leaderElect && !r.leaderElectionId) {
-    throw new Error("leaderElect needs a leaderElectionId (the Lease's name)");
+  checkShardCount(r.shards);
+  if ((r.leaderElect || r.shards > 1) && !r.leaderElectionId) {
+    throw new Error("leaderElect and shards need a leaderElectionId (the Lease's name)");
   }
   return r;
 }
@@ -219,6 +244,8 @@ export class Manager {
   #running = false;
   /** Reflector log lines held while the start gate is pending (see `startGate`). */
   #heldLogs?: (() => void)[];
+  /** With several shards: the sharded reflectors and the mode they wait for. */
+  #sharding: ShardingRuntime = newShardingRuntime();
   /** Ports actually bound (for tests that bind port 0). */
   readonly ports: { metrics?: number; health?: number } = {};
 
@@ -330,11 +357,37 @@ export class Manager {
     return built.controller;
   }
 
+  /**
+   * The reflector of a new informer: a {@link Reflector}, or with several shards and a
+   * namespaced resource a {@link ShardReflector} making one per held set.
+   */
   #reflector<T extends KubeObject>(
     resource: ResourceType,
     store: Store<T>,
     namespace: string | undefined,
     opts: InformerOptions<T>,
+  ): InformerReflector {
+    if (this.#o.shards > 1 && resource.namespaced) {
+      const sharded = new ShardReflector<T>({
+        shards: this.#o.shards,
+        store,
+        mode: this.#sharding.mode,
+        make: (shardSelector) =>
+          this.#plainReflector(resource, store, namespace, opts, shardSelector),
+      });
+      this.#sharding.reflectors.push(sharded as unknown as ShardReflector<KubeObject>);
+      this.#sharding.resources.push(resource);
+      return sharded;
+    }
+    return this.#plainReflector(resource, store, namespace, opts);
+  }
+
+  #plainReflector<T extends KubeObject>(
+    resource: ResourceType,
+    store: Store<T>,
+    namespace: string | undefined,
+    opts: InformerOptions<T>,
+    shardSelector?: string,
   ): Reflector<T> {
     const o = this.#o;
     const reflectorLog = log("reflector").with({ resource: resource.plural });
@@ -350,6 +403,7 @@ export class Manager {
       namespace,
       labelSelector: opts.labelSelector,
       fieldSelector: opts.fieldSelector,
+      shardSelector,
       idleTimeoutMs: o.watchIdleTimeoutMs,
       pageSize: o.listPageSize,
       useWatchList: o.useWatchList,
@@ -406,6 +460,7 @@ export class Manager {
       healthPort: this.ports.health,
       metricsPort: this.ports.metrics,
       leaderElect: o.leaderElect,
+      ...(o.shards > 1 ? { shards: o.shards } : {}),
       watchNamespace: o.watchNamespace || "(all)",
     });
     await groups.start();
@@ -432,7 +487,16 @@ export class Manager {
     const groups = new RunnableGroups(RUNNABLE_GROUPS);
     const informers = this.#informers.all();
     const trustHint = () => this.#trustHint();
-    const election = o.leaderElect
+    const controllers = this.#controllers;
+    const sharded = o.shards > 1
+      ? shardingRunnables({
+        ...o,
+        runtime: this.#sharding,
+        controllers: () => controllers.map((c) => c.controller),
+        log: this.#log,
+      })
+      : undefined;
+    const election = o.leaderElect && !sharded
       ? new Election({
         client: o.client,
         leaseClient: o.leaderElectionClient,
@@ -455,6 +519,7 @@ export class Manager {
         client: o.client,
         trustHint,
         lost: () => election?.state.kind === "lost",
+        shards: sharded?.readiness,
         ports: this.ports,
       }),
     );
@@ -471,13 +536,14 @@ export class Manager {
         log: this.#log,
       }),
     );
+    if (sharded) groups.add("caches", sharded.mode);
     for (const inf of informers) groups.add("caches", informerRunnable(inf));
-    const controllers = this.#controllers;
     groups.add(
       "caches",
       collectionRunnable(informers, () => controllers.map((c) => c.controller), this.#log),
     );
     if (election) groups.add("election", election);
+    if (sharded) groups.add("election", sharded.election);
     const leading: Promise<Term | undefined> = election?.leading ?? Promise.resolve(undefined);
     groups.add(
       "controllers",

@@ -59,6 +59,8 @@ export interface HealthServerOptions {
   trustHint: () => string | undefined;
   /** Whether the Lease was lost (`/healthz` fails then). */
   lost: () => boolean;
+  /** With several shards: why not ready (held shards not synced), else undefined. */
+  shards?: () => string | undefined;
   /** Where the bound port is written. */
   ports: { health?: number };
 }
@@ -82,6 +84,7 @@ export function healthServer(o: HealthServerOptions): Runnable {
               informerCheck(i.reflector, realClock.now),
             ])),
             apiserver: connectionCheck(o.client.health, realClock.now, o.trustHint),
+            ...(o.shards ? { shards: o.shards } : {}),
           }),
         }, signal);
         o.ports.health = s.port;

@@ -383,6 +383,16 @@ function certwatcherMetrics(r: Registers): Pick<
   };
 }
 
+/** The sharding metrics; see {@link Metrics.shardMetrics}. */
+export interface ShardMetrics {
+  /** `<prefix>_shards_held`. */
+  held: prom.Gauge;
+  /** `<prefix>_shard_moves_total{shard,change}`. */
+  moves: prom.Counter<"shard" | "change">;
+  /** `<prefix>_shard_queue_depth{shard}`. */
+  queueDepth: prom.Gauge<"shard">;
+}
+
 /** The runtime's own metrics, under `prefix` (reflectors and leadership changes). */
 function runtimeMetrics(r: Registers, prefix: string): Pick<
   Metrics,
@@ -565,6 +575,42 @@ export class Metrics {
    */
   declare readonly reflectorWatchesOpen: prom.Gauge<"resource">;
 
+  /** The prefix of the runtime's own metrics. */
+  readonly prefix: string;
+  #shards?: ShardMetrics;
+
+  /**
+   * The sharding metrics (docs/design/sharding.md), registered on the first call (by a manager
+   * with more than one shard; with one they do not exist):
+   * - `<prefix>_shards_held`: shards whose Lease this process holds now;
+   * - `<prefix>_shard_moves_total{shard,change}`: `change` one of `acquired`, `released`
+   *   (given back: fair share or shutdown) and `lost` (renewal past the renew deadline, or
+   *   another holder seen);
+   * - `<prefix>_shard_queue_depth{shard}`: keys of the shard waiting in the work queues, summed
+   *   over the controllers.
+   */
+  shardMetrics(): ShardMetrics {
+    if (this.#shards) return this.#shards;
+    const r = [this.registry];
+    const p = this.prefix;
+    this.#shards = {
+      held: gauge(r, `${p}_shards_held`, "Shards whose Lease this process holds", []),
+      moves: counter(
+        r,
+        `${p}_shard_moves_total`,
+        "Shard moves of this process: acquired, released or lost",
+        ["shard", "change"],
+      ),
+      queueDepth: gauge(
+        r,
+        `${p}_shard_queue_depth`,
+        "Keys of the shard waiting in the work queues",
+        ["shard"],
+      ),
+    };
+    return this.#shards;
+  }
+
   /**
    * Creates every metric on a fresh registry, with default process metrics.
    * @param options see {@link MetricsOptions}
@@ -575,6 +621,7 @@ export class Metrics {
     if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix)) {
       throw new Error(`metrics prefix ${JSON.stringify(prefix)} is not a Prometheus metric name`);
     }
+    this.prefix = prefix;
     this.registry = new client.Registry();
     const r = [this.registry];
     Object.assign(

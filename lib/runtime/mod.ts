@@ -95,6 +95,32 @@ export {
 export { jsonEqual, type JsonObject, mergePatch } from "./merge_patch.ts";
 export { type InformerStatus, ListenError, type ServerName } from "./health.ts";
 export { type LeadershipState } from "./leader.ts";
+export {
+  boundHex,
+  checkShardCount,
+  fnv1a64,
+  MAX_SHARDS,
+  namespaceOfPath,
+  SHARD_KEY_FIELD,
+  shardBounds,
+  shardOf,
+  shardOfHash,
+  shardSelector,
+} from "./shards.ts";
+export {
+  fairShare,
+  memberLabelValue,
+  memberLeaseName,
+  SHARD_MEMBER_LABEL,
+  ShardElector,
+  type ShardElectorOptions,
+  ShardFence,
+  type ShardHooks,
+  shardLeaseName,
+  type ShardMoveReason,
+} from "./shard_elector.ts";
+export { type ShardMode, ShardReflector, type ShardReflectorOptions } from "./shard_reflector.ts";
+export { type ShardMetrics } from "./metrics.ts";
 export { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
 export {

@@ -68,6 +68,10 @@ export class WorkQueue {
   #delayed = new Map<string, { at: number; handle: unknown }>();
   #waiters: ((key: string | undefined) => void)[] = [];
   #idleWaiters: (() => void)[] = [];
+  /** Waiters of {@link drainWhere}: each resolves once no key it names is in flight. */
+  #keyWaiters: { matches(key: string): boolean; resolve(): void }[] = [];
+  /** Which keys {@link add} takes (sharding: keys of synced held shards); none: every key. */
+  #admit?: { fn(key: string): boolean };
   #bucket: TokenBucket;
   #shuttingDown = false;
 
@@ -133,9 +137,70 @@ export class WorkQueue {
     return s;
   }
 
+  /**
+   * Sets (or with `undefined` clears) which keys {@link add} and {@link addAfter} take; others
+   * are dropped silently (sharding: the keys of shards this replica does not hold and sync,
+   * docs/design/sharding.md). Keys queued already are left; {@link dropWhere} removes them.
+   */
+  setFilter(admit: ((key: string) => boolean) | undefined): void {
+    this.#admit = admit ? { fn: admit } : undefined;
+  }
+
+  /**
+   * Removes every key `matches` names from the queue, the dirty set and the delayed adds (and
+   * forgets their failures); keys in flight finish, and are not queued again after. Returns how
+   * many queued or delayed keys were removed.
+   */
+  dropWhere(matches: (key: string) => boolean): number {
+    let n = 0;
+    for (const key of [...this.#queue]) {
+      if (!matches(key)) continue;
+      this.#queue.delete(key);
+      this.#addedAt.delete(key);
+      n++;
+    }
+    for (const key of [...this.#dirty]) if (matches(key)) this.#dirty.delete(key);
+    for (const [key, d] of [...this.#delayed]) {
+      if (!matches(key)) continue;
+      this.#clock.clearTimer(d.handle);
+      this.#delayed.delete(key);
+      n++;
+    }
+    for (const key of [...this.#failures.keys()]) if (matches(key)) this.#failures.delete(key);
+    return n;
+  }
+
+  /** Keys waiting in the queue that `matches` names. */
+  depthWhere(matches: (key: string) => boolean): number {
+    let n = 0;
+    for (const key of this.#queue) if (matches(key)) n++;
+    return n;
+  }
+
+  /**
+   * Waits until no key `matches` names is in flight, at most `timeoutMs`. Returns true if so in
+   * time.
+   */
+  drainWhere(matches: (key: string) => boolean, timeoutMs: number): Promise<boolean> {
+    const busy = () => [...this.#processing.keys()].some(matches);
+    if (!busy()) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const waiter = { matches, resolve: () => finish(true) };
+      const h = this.#clock.setTimer(() => finish(false), timeoutMs);
+      const finish = (ok: boolean) => {
+        this.#clock.clearTimer(h);
+        const i = this.#keyWaiters.indexOf(waiter);
+        if (i >= 0) this.#keyWaiters.splice(i, 1);
+        resolve(ok);
+      };
+      this.#keyWaiters.push(waiter);
+    });
+  }
+
   /** Adds a key now. Merges with a pending one; marks dirty if in flight. No-op after shutdown. */
   add(key: string): void {
     if (this.#shuttingDown) return;
+    if (this.#admit && !this.#admit.fn(key)) return;
     this.#hooks.onAdd?.();
     if (this.#dirty.has(key)) return;
     this.#dirty.add(key);
@@ -167,6 +232,7 @@ export class WorkQueue {
   /** Adds `key` after `delayMs`; several pending delays for one key keep the earliest. */
   addAfter(key: string, delayMs: number): void {
     if (this.#shuttingDown) return;
+    if (this.#admit && !this.#admit.fn(key)) return;
     if (delayMs <= 0) return this.add(key);
     const at = this.#clock.now() + delayMs;
     const prev = this.#delayed.get(key);
@@ -244,6 +310,10 @@ export class WorkQueue {
     this.#hooks.onDone?.((this.#clock.now() - started) / 1000);
     if (this.#dirty.has(key) && !this.#shuttingDown) this.#enqueue(key);
     if (this.#processing.size === 0) { for (const w of this.#idleWaiters.splice(0)) w(); }
+    for (const w of [...this.#keyWaiters]) {
+      if (matchesAny(this.#processing.keys(), w.matches)) continue;
+      w.resolve();
+    }
   }
 
   /** Stops handing out keys and cancels delayed adds; waiting `get` calls resolve `undefined`. */
@@ -273,4 +343,10 @@ export class WorkQueue {
       this.#idleWaiters.push(done);
     });
   }
+}
+
+/** Whether any of `keys` is one `matches` names. */
+function matchesAny(keys: Iterable<string>, matches: (key: string) => boolean): boolean {
+  for (const k of keys) if (matches(k)) return true;
+  return false;
 }

@@ -96,6 +96,11 @@ export interface ReflectorOptions<T extends KubeObject> {
   labelSelector?: string;
   /** Field selector of the list and watch. */
   fieldSelector?: string;
+  /**
+   * Shard selector of the list and watch (lib/runtime/shards.ts; the apiserver's
+   * `ShardedListAndWatch` feature gate): only objects of the held shards are sent.
+   */
+  shardSelector?: string;
   /** Page size of lists; default {@link DEFAULT_LIST_PAGE_SIZE}. */
   pageSize?: number;
   /**
@@ -347,6 +352,7 @@ export class Reflector<T extends KubeObject> {
         namespace: o.namespace,
         labelSelector: o.labelSelector,
         fieldSelector: o.fieldSelector,
+        shardSelector: o.shardSelector,
         limit: o.pageSize ?? DEFAULT_LIST_PAGE_SIZE,
         resourceVersion: consistent ? undefined : "0",
         signal,
@@ -464,6 +470,7 @@ export class Reflector<T extends KubeObject> {
       namespace: o.namespace,
       labelSelector: o.labelSelector,
       fieldSelector: o.fieldSelector,
+      shardSelector: o.shardSelector,
       resourceVersion: initial ? undefined : memory.resourceVersion,
       allowWatchBookmarks: true,
       timeoutSeconds: this.#watchTimeoutSeconds(),

@@ -138,6 +138,8 @@ export class Store<T extends KubeObject> {
   #transformer?: { fn(obj: T): T };
   #onHandlerError: (err: unknown) => void;
   #freeze: boolean;
+  /** Which objects may be cached (sharding's client-side filter); none: every object. */
+  #admit?: { fn(obj: KubeObject): boolean };
 
   /**
    * An empty store with the given indexes.
@@ -177,6 +179,32 @@ export class Store<T extends KubeObject> {
         s.add(key);
       }
     }
+  }
+
+  /**
+   * Sets (or with `undefined` clears) which objects may be cached: objects it refuses are not
+   * cached by {@link upsert} or a replace and raise no event (sharding's client-side filter,
+   * docs/design/sharding.md). Cached objects it refuses stay until {@link prune}.
+   */
+  setFilter(admit: ((obj: KubeObject) => boolean) | undefined): void {
+    this.#admit = admit ? { fn: admit } : undefined;
+  }
+
+  /**
+   * Drops every cached object the filter ({@link setFilter}) refuses, without events (they were
+   * not deleted: this replica stopped caring for them). Returns how many were dropped.
+   */
+  prune(): number {
+    const admit = this.#admit;
+    if (!admit) return 0;
+    let n = 0;
+    for (const [key, obj] of [...this.#items]) {
+      if (admit.fn(obj)) continue;
+      this.#items.delete(key);
+      this.#index(key, undefined, obj);
+      n++;
+    }
+    return n;
   }
 
   /** Registers a handler; it is told about future changes only. */
@@ -261,6 +289,7 @@ export class Store<T extends KubeObject> {
 
   /** Adds or replaces an object (watch ADDED/MODIFIED) and notifies handlers. Takes `raw`. */
   upsert(raw: T): void {
+    if (this.#admit && !this.#admit.fn(raw)) return;
     const obj = this.#strip(raw);
     const key = objectKey(obj);
     const old = this.#items.get(key);
@@ -274,6 +303,7 @@ export class Store<T extends KubeObject> {
   remove(raw: T): void {
     const key = objectKey(raw);
     const old = this.#items.get(key);
+    if (!old && this.#admit && !this.#admit.fn(raw)) return;
     this.#items.delete(key);
     this.#index(key, undefined, old);
     const last = raw.metadata ? this.#strip(raw) : (old ?? raw);
@@ -309,6 +339,7 @@ export class Store<T extends KubeObject> {
       add: (items: Iterable<T>) => {
         if (finished) throw new Error("Store: a replace was given a page after it finished");
         for (const raw of items) {
+          if (this.#admit && !this.#admit.fn(raw)) continue;
           const key = objectKey(raw);
           seen.add(key);
           const old = this.#items.get(key);

@@ -1,0 +1,452 @@
+/**
+ * Sharded leader election (docs/design/sharding.md): `n` shards, one coordination.k8s.io/v1
+ * Lease each (`<id>-shard-<k>`), shared by the live replicas.
+ *
+ * - Membership: each replica keeps a Lease of its own (`<id>-member-<hash of identity>`,
+ *   labelled {@link SHARD_MEMBER_LABEL}=`<id>`, holder its identity) renewed every retry period
+ *   and deleted on graceful exit. Live members: membership Leases not run out on this replica's
+ *   clock (observed-time, as an expired Lease). Fair share: `ceil(n / live members)`.
+ * - Taking a shard: only below the fair share, only a Lease that is free (no holder) or has run
+ *   out on this replica's clock (the rules of {@link LeaderElector}: one elector per shard,
+ *   `observeLease` then `tryAcquireOrRenew`); a 409 means another replica won.
+ * - Holding: the shard's elector renews it (its `run`, client-go's renew loop); a renewal that
+ *   fails past the renew deadline, or another holder seen, loses the shard: its fence is closed
+ *   at once, its work stops, and the replica goes on (it may take the shard again later).
+ * - Giving back (above the fair share, or on shutdown): the shard's fence closes, its work is
+ *   stopped and drained ({@link ShardHooks.stopping}, bounded by the grace period), then the
+ *   Lease is released (holder cleared, as the elector's release).
+ * - {@link ShardFence}: the write fence of the reconcilers' client: a write to a namespace
+ *   passes only while the Lease of the namespace's shard is held and renewed within the renew
+ *   deadline (that shard's {@link LeaseFence}); a cluster-scoped write only while at least one
+ *   shard is.
+ * One log line per move: shard, from, to, reason.
+ *
+ * @module
+ */
+import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
+import type { KubeClient, WriteFence } from "../kube/client.ts";
+import { FencedError, isAlreadyExists, isNotFound } from "../kube/errors.ts";
+import { LEASES } from "../kube/resources.ts";
+import { type Clock, sleepOn } from "./clock.ts";
+import {
+  electorDefaults,
+  LeaderElector,
+  leaseAttemptTimeoutMs,
+  microTime,
+  RETRY_JITTER,
+} from "./leader.ts";
+import { errorText, type Logger } from "./log.ts";
+import type { ShardMetrics } from "./metrics.ts";
+import { fnv1a64, namespaceOfPath, shardOf } from "./shards.ts";
+
+/** Label of the membership Leases; its value is the election id. */
+export const SHARD_MEMBER_LABEL = "sharding.apps.our-org.com/member-of";
+
+/** Name of shard `k`'s Lease. */
+export function shardLeaseName(id: string, k: number): string {
+  return `${id}-shard-${k}`;
+}
+
+/** Name of the membership Lease of `identity` (its FNV-1a hash: identities hold `_`). */
+export function memberLeaseName(id: string, identity: string): string {
+  return `${id}-member-${fnv1a64(identity).toString(16).padStart(16, "0")}`;
+}
+
+/** Label value of the membership Leases of `id` (the id, or its hash when not a label value). */
+export function memberLabelValue(id: string): string {
+  return /^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$/.test(id)
+    ? id
+    : fnv1a64(id).toString(16).padStart(16, "0");
+}
+
+/** The fair share of `n` shards among `members` live replicas: `ceil(n / members)`. */
+export function fairShare(n: number, members: number): number {
+  return Math.ceil(n / Math.max(1, members));
+}
+
+/** Why a shard moved (the `reason` of its log line). */
+export type ShardMoveReason =
+  | "free"
+  | "expired"
+  | "fair-share"
+  | "shutdown"
+  | "lost";
+
+/** What the work side does when shards move (shard_work.ts). */
+export interface ShardHooks {
+  /** Shard `k`'s Lease was taken (its fence is open): sync its caches, then enqueue its keys. */
+  acquired(k: number): void;
+  /**
+   * Shard `k` is being given back (fence already closed): stop taking its keys and wait for its
+   * in-flight reconciles, at most `graceMs`.
+   */
+  stopping(k: number, graceMs: number): Promise<void>;
+  /** Shard `k` is no longer held (released or lost): drop its keys and its cached objects. */
+  stopped(k: number): void;
+}
+
+/** Options of {@link ShardElector}. */
+export interface ShardElectorOptions {
+  /** The Leases' client (no write fence). */
+  client: KubeClient;
+  /** Namespace of the Leases. */
+  namespace: string;
+  /** The election id (`--leader-election-id`). */
+  id: string;
+  /** Holder identity. */
+  identity: string;
+  /** Number of shards, 2..256. */
+  shards: number;
+  /** Lease duration (s); default 15. */
+  leaseDurationSeconds?: number;
+  /** Renew deadline (ms); default 10 s. */
+  renewDeadlineMs?: number;
+  /** Retry period (ms); default 2 s. */
+  retryPeriodMs?: number;
+  /** Bound of a give-back's drain (ms). */
+  gracefulShutdownTimeoutMs: number;
+  /** The work side. */
+  hooks: ShardHooks;
+  /** Logger of the moves. */
+  log: Logger;
+  /** Sharding metrics, if any. */
+  metrics?: ShardMetrics;
+  /** Clock; default the real one. */
+  clock?: Clock;
+  /** Jitter source; default Math.random. */
+  random?: () => number;
+}
+
+/** One shard as this replica sees it. */
+interface Shard {
+  readonly k: number;
+  readonly elector: LeaderElector;
+  /** Set while held: the renew loop's stop, its end, and whether it is being given back. */
+  holding?: { stop: AbortController; done: Promise<"lost" | "stopped">; leaving: boolean };
+}
+
+/** The sharded elector; see the module doc. */
+export class ShardElector {
+  readonly #o: Required<Omit<ShardElectorOptions, "metrics">> & ShardElectorOptions;
+  readonly #shards: Shard[];
+  readonly #clock: Clock;
+  /** Membership Leases seen: name → record and when it was first seen (clock ms). */
+  readonly #members = new Map<string, { renew?: string; atMs: number; durationMs: number }>();
+  #member?: Lease;
+  #loop: Promise<void> = Promise.resolve();
+  #live = 1;
+  /** The write fence of the reconcilers' client. */
+  readonly fence: ShardFence;
+
+  /** An elector that does nothing until {@link start}. */
+  constructor(o: ShardElectorOptions) {
+    this.#o = { ...electorDefaults(), ...o };
+    this.#clock = this.#o.clock;
+    this.#shards = Array.from({ length: o.shards }, (_, k) => ({
+      k,
+      elector: new LeaderElector({
+        client: o.client,
+        namespace: o.namespace,
+        name: shardLeaseName(o.id, k),
+        identity: o.identity,
+        leaseDurationSeconds: this.#o.leaseDurationSeconds,
+        renewDeadlineMs: this.#o.renewDeadlineMs,
+        retryPeriodMs: this.#o.retryPeriodMs,
+        clock: o.clock,
+        random: o.random,
+        sealTakeover: false,
+        watchLease: false,
+        onError: (err) =>
+          o.log.debug("Shard Lease attempt failed", { shard: k, error: errorText(err) }),
+      }),
+    }));
+    this.fence = new ShardFence(o.shards, (k) => this.#writable(k));
+    o.metrics?.held.set(0);
+    for (let k = 0; k < o.shards; k++) {
+      for (const change of ["acquired", "released", "lost"]) {
+        o.metrics?.moves.inc({ shard: String(k), change }, 0);
+      }
+    }
+  }
+
+  /** The shards held now (renewing, not being given back), ascending. */
+  held(): number[] {
+    return this.#shards.filter((s) => s.holding && !s.holding.leaving).map((s) => s.k);
+  }
+
+  /** Live members seen at the last look (this replica included). */
+  get liveMembers(): number {
+    return this.#live;
+  }
+
+  /** Whether shard `k`'s writes may leave now (held, not leaving, renewal fresh). */
+  #writable(k: number): WriteFence | undefined {
+    const s = this.#shards[k];
+    return s.holding && !s.holding.leaving ? s.elector.fence : undefined;
+  }
+
+  /** Starts the loop: membership, fair share, takes and give-backs, until `signal` aborts. */
+  start(signal: AbortSignal): void {
+    this.#loop = this.#run(signal);
+  }
+
+  async #run(signal: AbortSignal): Promise<void> {
+    const o = this.#o;
+    while (!signal.aborted) {
+      const startedMs = this.#clock.now();
+      try {
+        await this.#round(signal);
+      } catch (err) {
+        if (!signal.aborted) o.log.warn("Shard round failed", { error: errorText(err) });
+      }
+      const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
+      try {
+        await sleepOn(this.#clock, Math.max(0, periodMs - (this.#clock.now() - startedMs)), signal);
+      } catch {
+        break;
+      }
+    }
+  }
+
+  /** One round: renew membership, read the Leases, give back above or take below the fair share. */
+  async #round(signal: AbortSignal): Promise<void> {
+    const o = this.#o;
+    const attempt = () =>
+      AbortSignal.any([signal, AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs))]);
+    await this.#renewMembership(attempt());
+    const list = await o.client.list<Lease>(LEASES, { namespace: o.namespace, signal: attempt() });
+    const now = this.#clock.now();
+    const byName = new Map(list.items.map((l) => [l.metadata?.name ?? "", l]));
+    this.#live = this.#countLive(list.items, now);
+    const fair = fairShare(o.shards, this.#live);
+    const held = this.held();
+    if (held.length > fair) {
+      // Give back the highest shards above the fair share, one round at a time.
+      for (const k of held.slice(fair).reverse()) void this.#giveBack(k, "fair-share");
+      return;
+    }
+    let count = held.length;
+    for (const k of this.#preference()) {
+      if (count >= fair || signal.aborted) break;
+      const s = this.#shards[k];
+      if (s.holding) continue;
+      const lease = byName.get(shardLeaseName(o.id, k));
+      if (s.elector.observeLease(lease) > now) continue;
+      const previous = lease?.spec?.holderIdentity ?? "";
+      if (await s.elector.tryAcquireOrRenew(attempt())) {
+        count++;
+        this.#hold(s, previous ? "expired" : "free", previous, signal);
+      }
+    }
+  }
+
+  /** Shard order of this replica's attempts: from a start its identity picks, so replicas differ. */
+  #preference(): number[] {
+    const n = this.#o.shards;
+    const start = shardOf(this.#o.identity, n);
+    return Array.from({ length: n }, (_, i) => (start + i) % n);
+  }
+
+  #countLive(items: Lease[], now: number): number {
+    const o = this.#o;
+    const value = memberLabelValue(o.id);
+    const own = memberLeaseName(o.id, o.identity);
+    let live = 1;
+    const seen = new Set<string>();
+    for (const l of items) {
+      const name = l.metadata?.name ?? "";
+      if (l.metadata?.labels?.[SHARD_MEMBER_LABEL] !== value || name === own) continue;
+      seen.add(name);
+      const renew = l.spec?.renewTime ?? undefined;
+      const durationMs = (l.spec?.leaseDurationSeconds ?? o.leaseDurationSeconds) * 1000;
+      const prev = this.#members.get(name);
+      if (!prev || prev.renew !== renew) {
+        this.#members.set(name, { renew, atMs: now, durationMs });
+      }
+      const m = this.#members.get(name)!;
+      if (l.spec?.holderIdentity && m.atMs + m.durationMs > now) live++;
+    }
+    for (const name of [...this.#members.keys()]) if (!seen.has(name)) this.#members.delete(name);
+    return live;
+  }
+
+  /** Creates or renews this replica's membership Lease. */
+  async #renewMembership(signal: AbortSignal): Promise<void> {
+    const o = this.#o;
+    const spec = () => ({
+      holderIdentity: o.identity,
+      leaseDurationSeconds: o.leaseDurationSeconds,
+      renewTime: microTime(this.#clock.now()),
+    });
+    const name = memberLeaseName(o.id, o.identity);
+    if (this.#member) {
+      try {
+        this.#member = await o.client.update<Lease>(LEASES, {
+          ...this.#member,
+          spec: { ...this.#member.spec, ...spec() },
+        }, { signal });
+        return;
+      } catch (err) {
+        if (signal.aborted) throw err;
+      }
+    }
+    try {
+      const cur = await o.client.get<Lease>(LEASES, name, { namespace: o.namespace, signal });
+      this.#member = await o.client.update<Lease>(LEASES, {
+        ...cur,
+        spec: { ...cur.spec, ...spec() },
+      }, { signal });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      try {
+        this.#member = await o.client.create<Lease>(LEASES, {
+          apiVersion: "coordination.k8s.io/v1",
+          kind: "Lease",
+          metadata: {
+            name,
+            namespace: o.namespace,
+            labels: { [SHARD_MEMBER_LABEL]: memberLabelValue(o.id) },
+          },
+          spec: { ...spec(), acquireTime: microTime(this.#clock.now()) },
+        }, { signal });
+      } catch (e) {
+        if (!isAlreadyExists(e)) throw e;
+      }
+    }
+  }
+
+  /** Starts holding shard `s` (its Lease just taken): the renew loop and the work. */
+  #hold(s: Shard, reason: ShardMoveReason, previous: string, signal: AbortSignal): void {
+    const o = this.#o;
+    const stop = new AbortController();
+    const done = s.elector.run(AbortSignal.any([signal, stop.signal]));
+    const holding = { stop, done, leaving: false };
+    s.holding = holding;
+    this.#moved(s.k, "acquired", previous, o.identity, reason);
+    o.hooks.acquired(s.k);
+    done.then((r) => {
+      if (r !== "lost" || s.holding !== holding) return;
+      // Lost: the fence closed with the term; the work stops, the replica goes on.
+      s.holding = undefined;
+      o.hooks.stopped(s.k);
+      this.#moved(s.k, "lost", o.identity, s.elector.observedHolder, "lost");
+    });
+  }
+
+  /**
+   * Gives shard `k` back: fence closed, work drained (bounded by the grace period), renewals
+   * stopped, Lease released. Resolves when done.
+   */
+  async #giveBack(k: number, reason: ShardMoveReason): Promise<void> {
+    const o = this.#o;
+    const s = this.#shards[k];
+    const h = s.holding;
+    if (!h || h.leaving) return;
+    h.leaving = true; // the fence is closed for k from here on
+    await o.hooks.stopping(k, o.gracefulShutdownTimeoutMs);
+    h.stop.abort();
+    const end = await h.done;
+    if (s.holding === h) s.holding = undefined;
+    o.hooks.stopped(k);
+    if (end === "lost") {
+      this.#moved(k, "lost", o.identity, s.elector.observedHolder, "lost");
+      return;
+    }
+    await s.elector.release(AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs)));
+    this.#moved(k, "released", o.identity, "", reason);
+  }
+
+  #moved(
+    k: number,
+    change: "acquired" | "released" | "lost",
+    from: string,
+    to: string,
+    reason: ShardMoveReason,
+  ): void {
+    const o = this.#o;
+    o.metrics?.moves.inc({ shard: String(k), change });
+    o.metrics?.held.set(this.held().length);
+    const line = { shard: k, from: from || "(none)", to: to || "(none)", reason };
+    if (change === "lost") o.log.warn("Shard moved", line);
+    else o.log.info("Shard moved", line);
+  }
+
+  /**
+   * After the loop's signal: gives every held shard back (each drained and released) and deletes
+   * the membership Lease. Resolves when done.
+   */
+  async stop(): Promise<void> {
+    await this.#loop;
+    await Promise.all(this.held().map((k) => this.#giveBack(k, "shutdown")));
+    const o = this.#o;
+    try {
+      await o.client.delete(LEASES, memberLeaseName(o.id, o.identity), {
+        namespace: o.namespace,
+        signal: AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs)),
+      });
+    } catch (err) {
+      if (!isNotFound(err)) {
+        o.log.warn("Could not delete the membership Lease", { error: errorText(err) });
+      }
+    }
+  }
+}
+
+/**
+ * The write fence of a sharded replica: a write to a namespace passes only while the Lease of
+ * that namespace's shard is held (not being given back) and renewed within the renew deadline
+ * (the shard's {@link LeaseFence}, checked synchronously); a cluster-scoped write (no namespace
+ * in its path) only while at least one shard's does. The namespace is read from the request path.
+ */
+export class ShardFence implements WriteFence {
+  readonly #n: number;
+  readonly #fenceOf: (k: number) => WriteFence | undefined;
+  readonly #shardOfNs = new Map<string, number>();
+
+  /**
+   * A fence asking `fenceOf` for the shard of each write's namespace.
+   * @param n number of shards
+   * @param fenceOf the Lease fence of shard k while held and not leaving, else undefined
+   */
+  constructor(n: number, fenceOf: (k: number) => WriteFence | undefined) {
+    this.#n = n;
+    this.#fenceOf = fenceOf;
+  }
+
+  /** The shard of `namespace` (memoized). */
+  shardOf(namespace: string): number {
+    let k = this.#shardOfNs.get(namespace);
+    if (k === undefined) {
+      k = shardOf(namespace, this.#n);
+      if (this.#shardOfNs.size > 100_000) this.#shardOfNs.clear();
+      this.#shardOfNs.set(namespace, k);
+    }
+    return k;
+  }
+
+  /**
+   * Throws {@link FencedError} (`NotHeld`, or the shard fence's `Stale`) unless the write may
+   * leave now; see the class doc.
+   */
+  check(method: string, path: string): void {
+    const ns = namespaceOfPath(path);
+    if (ns === undefined) {
+      let last: unknown;
+      for (let k = 0; k < this.#n; k++) {
+        const f = this.#fenceOf(k);
+        if (!f) continue;
+        try {
+          f.check(method, path);
+          return;
+        } catch (err) {
+          last = err;
+        }
+      }
+      throw last ?? new FencedError("NotHeld", `${method} ${path} (no shard held)`);
+    }
+    const k = this.shardOf(ns);
+    const f = this.#fenceOf(k);
+    if (!f) throw new FencedError("NotHeld", `${method} ${path} (shard ${k} not held)`);
+    f.check(method, path);
+  }
+}

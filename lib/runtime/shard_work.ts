@@ -1,0 +1,287 @@
+/**
+ * The work side of sharding (docs/design/sharding.md): which keys the controllers take and
+ * which objects the informers cache, as shards come and go ({@link ShardHooks} of
+ * shard_elector.ts). A shard is `synced` once every sharded informer's store holds its objects
+ * (after the relist its acquisition caused); only then are its keys taken: every primary key of
+ * the shard is enqueued, and watch events of its objects enqueue theirs. Giving a shard back
+ * drops its keys from the work queues and waits for its in-flight reconciles; a shard no longer
+ * held leaves the caches.
+ *
+ * @module
+ */
+import type { KubeClient, KubeObject } from "../kube/client.ts";
+import type { ResourceType } from "../kube/resources.ts";
+import type { Controller } from "./controller.ts";
+import { errorText, type Logger } from "./log.ts";
+import type { Metrics, ShardMetrics } from "./metrics.ts";
+import { ShardElector, type ShardHooks } from "./shard_elector.ts";
+import { leaderElectionClient } from "./clients.ts";
+import type { Runnable } from "./runnables.ts";
+import type { ShardMode, ShardReflector } from "./shard_reflector.ts";
+import { shardOf, shardSelector } from "./shards.ts";
+import { splitKey } from "./store.ts";
+
+/** Logged once at start-up: the apiserver applies the shard selector. */
+export const SHARD_SELECTOR_SERVED = "shard selector served by the apiserver";
+/** Logged once at start-up: it does not; the stores filter. */
+export const SHARD_SELECTOR_NOT_SERVED = "not served: filtering client-side";
+/** Interval (ms) of the `<prefix>_shard_queue_depth` gauge's update. */
+export const SHARD_QUEUE_DEPTH_INTERVAL_MS = 1_000;
+
+/**
+ * Whether the apiserver serves `shardSelector` on lists (the `ShardedListAndWatch` feature
+ * gate): a list with `limit=1` and a selector answers `metadata.shardInfo` when it does. Tries
+ * each resource in turn; `client` when none answers.
+ */
+export async function detectShardMode(
+  client: KubeClient,
+  resources: ResourceType[],
+  n: number,
+  signal?: AbortSignal,
+): Promise<{ mode: ShardMode; error?: string }> {
+  let error: string | undefined;
+  for (const resource of resources) {
+    try {
+      const list = await client.list<KubeObject>(resource, {
+        limit: 1,
+        shardSelector: shardSelector([0], n),
+        signal,
+      });
+      return { mode: list.metadata?.shardInfo ? "server" : "client" };
+    } catch (err) {
+      error = errorText(err);
+    }
+  }
+  return { mode: "client", error };
+}
+
+/** Options of {@link ShardWork}. */
+export interface ShardWorkOptions {
+  /** Number of shards. */
+  shards: number;
+  /** The controllers whose queues are filtered by shard. */
+  controllers: () => Controller[];
+  /** The sharded informers' reflectors. */
+  reflectors: ShardReflector<KubeObject>[];
+  /** The manager's logger. */
+  log: Logger;
+  /** Sharding metrics, if any. */
+  metrics?: ShardMetrics;
+}
+
+/** See the module doc. */
+export class ShardWork implements ShardHooks {
+  readonly #o: ShardWorkOptions;
+  readonly #held = new Set<number>();
+  readonly #synced = new Set<number>();
+  readonly #shardOfNs = new Map<string, number>();
+
+  /** Work for no shard yet: every queue takes no key. */
+  constructor(o: ShardWorkOptions) {
+    this.#o = o;
+  }
+
+  /** The shard of a key's namespace; -1 for a cluster-scoped key. */
+  shardOfKey(key: string): number {
+    const { namespace } = splitKey(key);
+    if (!namespace) return -1;
+    let k = this.#shardOfNs.get(namespace);
+    if (k === undefined) {
+      k = shardOf(namespace, this.#o.shards);
+      if (this.#shardOfNs.size > 100_000) this.#shardOfNs.clear();
+      this.#shardOfNs.set(namespace, k);
+    }
+    return k;
+  }
+
+  /** Whether a controller takes `key` now: its shard is held and synced. */
+  takes(key: string): boolean {
+    const k = this.shardOfKey(key);
+    return k < 0 ? this.#synced.size > 0 : this.#synced.has(k);
+  }
+
+  /** Sets the queue filters; starts the queue-depth gauge (until `signal` aborts). */
+  start(signal: AbortSignal): void {
+    for (const c of this.#o.controllers()) c.queue.setFilter((key) => this.takes(key));
+    const m = this.#o.metrics;
+    if (!m) return;
+    const timer = setInterval(() => this.#updateDepth(m), SHARD_QUEUE_DEPTH_INTERVAL_MS);
+    Deno.unrefTimer(timer);
+    signal.addEventListener("abort", () => clearInterval(timer), { once: true });
+  }
+
+  #updateDepth(m: ShardMetrics): void {
+    const depth = new Map<number, number>();
+    for (const k of this.#held) depth.set(k, 0);
+    for (const c of this.#o.controllers()) {
+      for (const k of this.#held) {
+        depth.set(k, depth.get(k)! + c.queue.depthWhere((key) => this.shardOfKey(key) === k));
+      }
+    }
+    m.queueDepth.reset();
+    for (const [k, d] of depth) m.queueDepth.set({ shard: String(k) }, d);
+  }
+
+  /** Shards held whose caches have not synced yet (for `/readyz`), ascending. */
+  unsynced(): number[] {
+    return [...this.#held].filter((k) => !this.#synced.has(k)).sort((a, b) => a - b);
+  }
+
+  /** Relists for shard `k`; once its objects are cached, enqueues its keys. */
+  acquired(k: number): void {
+    this.#held.add(k);
+    const held = [...this.#held];
+    Promise.all(this.#o.reflectors.map((r) => r.setHeld(held))).then(() => {
+      if (!this.#held.has(k) || this.#synced.has(k)) return;
+      this.#synced.add(k);
+      let keys = 0;
+      for (const c of this.#o.controllers()) {
+        keys += c.enqueueAll((key) => this.shardOfKey(key) === k);
+      }
+      this.#o.log.info("Shard synced; reconciling its objects", { shard: k, keys });
+    }).catch((err) => this.#o.log.warn("Shard sync failed", { shard: k, error: errorText(err) }));
+  }
+
+  /** Stops taking shard `k`'s keys, drops them, and waits for its in-flight reconciles. */
+  async stopping(k: number, graceMs: number): Promise<void> {
+    this.#synced.delete(k);
+    const mine = (key: string) => this.shardOfKey(key) === k;
+    const controllers = this.#o.controllers();
+    for (const c of controllers) c.queue.dropWhere(mine);
+    const drained = await Promise.all(controllers.map((c) => c.queue.drainWhere(mine, graceMs)));
+    if (drained.includes(false)) {
+      this.#o.log.warn("In-flight reconciles of the shard did not finish within the grace period", {
+        shard: k,
+        graceMs,
+      });
+    }
+  }
+
+  /** Shard `k` is gone: its keys are dropped and its objects leave the caches. */
+  stopped(k: number): void {
+    this.#held.delete(k);
+    this.#synced.delete(k);
+    for (const c of this.#o.controllers()) c.queue.dropWhere((key) => this.shardOfKey(key) === k);
+    const held = [...this.#held];
+    for (const r of this.#o.reflectors) void r.setHeld(held);
+  }
+}
+
+/** What the manager shares between its sharded informers and {@link shardingRunnables}. */
+export interface ShardingRuntime {
+  /** The mode the sharded reflectors wait for. */
+  mode: Promise<ShardMode>;
+  /** Resolves {@link ShardingRuntime.mode} (once). */
+  setMode: (m: ShardMode) => void;
+  /** The sharded informers' reflectors (made by the manager's reflector factory). */
+  reflectors: ShardReflector<KubeObject>[];
+  /** Their resources, for the start-up probe of the mode. */
+  resources: ResourceType[];
+}
+
+/** Options of {@link shardingRunnables}: the manager's, resolved. */
+export interface ShardingRunnablesOptions {
+  /** The reconcilers' client (it gets the shard fence; the mode probe reads through it). */
+  client: KubeClient;
+  /** The Leases' client; default one of its own. */
+  leaderElectionClient?: KubeClient;
+  /** Namespace of the Leases. */
+  leaderElectionNamespace: string;
+  /** The election id. */
+  leaderElectionId: string;
+  /** Holder identity. */
+  identity: string;
+  /** Number of shards. */
+  shards: number;
+  /** Lease duration (s). */
+  leaseDurationSeconds: number;
+  /** Renew deadline (ms). */
+  renewDeadlineMs: number;
+  /** Retry period (ms). */
+  retryPeriodMs: number;
+  /** Bound of a give-back's drain (ms). */
+  gracefulShutdownTimeoutMs: number;
+  /** The sharding metrics are registered on it. */
+  metrics: Metrics;
+  /** The sharded reflectors and the mode. */
+  runtime: ShardingRuntime;
+  /** The controllers. */
+  controllers: () => Controller[];
+  /** The manager's logger. */
+  log: Logger;
+}
+
+/**
+ * The manager's sharding runnables: `mode` (group `caches`: probes once whether the apiserver
+ * serves the shard selector and logs which), `election` (group `election`: the
+ * {@link ShardElector}, its fence on the client, the work side; on stop every shard is given
+ * back and the membership Lease deleted), and `readiness` (`/readyz`: every held shard synced).
+ */
+export function shardingRunnables(o: ShardingRunnablesOptions): {
+  mode: Runnable;
+  election: Runnable;
+  readiness: () => string | undefined;
+} {
+  const metrics = o.metrics.shardMetrics();
+  const work = new ShardWork({
+    shards: o.shards,
+    controllers: o.controllers,
+    reflectors: o.runtime.reflectors,
+    log: o.log,
+    metrics,
+  });
+  let elector: ShardElector | undefined;
+  let ownLeaseClient: KubeClient | undefined;
+  const mode: Runnable = {
+    name: "shard-mode",
+    start: (signal) => {
+      detectShardMode(o.client, o.runtime.resources, o.shards, signal).then((r) => {
+        if (r.mode === "server") o.log.info(SHARD_SELECTOR_SERVED, { shards: o.shards });
+        else o.log.info(SHARD_SELECTOR_NOT_SERVED, { shards: o.shards, error: r.error });
+        o.runtime.setMode(r.mode);
+      });
+    },
+  };
+  const election: Runnable = {
+    name: "shard-election",
+    start: (signal) => {
+      let leaseClient = o.leaderElectionClient;
+      if (!leaseClient || leaseClient === o.client) {
+        leaseClient = ownLeaseClient = leaderElectionClient(o.client.config, {
+          health: o.client.health,
+        });
+      }
+      elector = new ShardElector({
+        client: leaseClient,
+        namespace: o.leaderElectionNamespace,
+        id: o.leaderElectionId,
+        identity: o.identity,
+        shards: o.shards,
+        leaseDurationSeconds: o.leaseDurationSeconds,
+        renewDeadlineMs: o.renewDeadlineMs,
+        retryPeriodMs: o.retryPeriodMs,
+        gracefulShutdownTimeoutMs: o.gracefulShutdownTimeoutMs,
+        hooks: work,
+        log: o.log,
+        metrics,
+      });
+      o.client.setWriteFence(elector.fence);
+      work.start(signal);
+      o.log.info("Taking shards", {
+        leases: `${o.leaderElectionNamespace}/${o.leaderElectionId}-shard-<k>`,
+        shards: o.shards,
+        identity: o.identity,
+      });
+      elector.start(signal);
+    },
+    stopped: async () => {
+      await elector?.stop();
+      ownLeaseClient?.close();
+    },
+  };
+  const readiness = () => {
+    const left = work.unsynced();
+    return left.length ? `shards not synced: ${left.join(",")}` : undefined;
+  };
+  return { mode, election, readiness };
+}

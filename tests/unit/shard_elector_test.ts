@@ -1,0 +1,329 @@
+/**
+ * Sharded election units (lib/runtime/shard_elector.ts) against an in-memory Lease API with
+ * optimistic concurrency, on a fake clock: fair share, taking only free or run-out Leases,
+ * giving back above the fair share (work drained before the Lease is released), the per-shard
+ * write fence, a shard lost past the renew deadline (the replica goes on), and shutdown. The
+ * behaviour between processes on a real apiserver: tests/e2e/shards_smoke_test.ts.
+ */
+import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
+import { assert, assertEquals } from "../assert.ts";
+import type { KubeClient } from "../../lib/kube/client.ts";
+import { ApiError, isFenced } from "../../lib/kube/errors.ts";
+import { FakeClock } from "../../lib/runtime/clock.ts";
+import { log } from "../../lib/runtime/log.ts";
+import {
+  fairShare,
+  memberLeaseName,
+  SHARD_MEMBER_LABEL,
+  ShardElector,
+  type ShardHooks,
+  shardLeaseName,
+} from "../../lib/runtime/shard_elector.ts";
+import { shardOf } from "../../lib/runtime/shards.ts";
+import { WorkQueue } from "../../lib/runtime/queue.ts";
+import { Store } from "../../lib/runtime/store.ts";
+import type { KubeObject } from "../../lib/kube/client.ts";
+
+/** Leases of one namespace held in memory, with resourceVersion checks. */
+class FakeLeases {
+  leases = new Map<string, Lease>();
+  rv = 0;
+  /** Writes of these Lease names fail with 500 (a renewal that cannot get through). */
+  failWrites = new Set<string>();
+
+  client(): KubeClient {
+    const notFound = () => new ApiError(404, { reason: "NotFound", message: "not found" });
+    const api = {
+      list: () =>
+        Promise.resolve({
+          metadata: { resourceVersion: String(this.rv) },
+          items: [...this.leases.values()].map((l) => structuredClone(l)),
+        }),
+      get: (_rt: unknown, name: string) => {
+        const l = this.leases.get(name);
+        return l ? Promise.resolve(structuredClone(l)) : Promise.reject(notFound());
+      },
+      create: (_rt: unknown, obj: Lease) => {
+        const name = obj.metadata!.name!;
+        if (this.failWrites.has(name)) return Promise.reject(new ApiError(500, {}));
+        if (this.leases.has(name)) {
+          return Promise.reject(new ApiError(409, { reason: "AlreadyExists", message: "exists" }));
+        }
+        const l = structuredClone(obj);
+        l.metadata = { ...l.metadata, resourceVersion: String(++this.rv) };
+        this.leases.set(name, l);
+        return Promise.resolve(structuredClone(l));
+      },
+      update: (_rt: unknown, obj: Lease) => {
+        const name = obj.metadata!.name!;
+        if (this.failWrites.has(name)) return Promise.reject(new ApiError(500, {}));
+        const cur = this.leases.get(name);
+        if (!cur) return Promise.reject(notFound());
+        if (cur.metadata?.resourceVersion !== obj.metadata?.resourceVersion) {
+          return Promise.reject(new ApiError(409, { reason: "Conflict", message: "modified" }));
+        }
+        const l = structuredClone(obj);
+        l.metadata = { ...l.metadata, resourceVersion: String(++this.rv) };
+        this.leases.set(name, l);
+        return Promise.resolve(structuredClone(l));
+      },
+      delete: (_rt: unknown, name: string) => {
+        if (!this.leases.delete(name)) return Promise.reject(notFound());
+        return Promise.resolve({});
+      },
+    };
+    return api as unknown as KubeClient;
+  }
+
+  holder(name: string): string {
+    return this.leases.get(name)?.spec?.holderIdentity ?? "";
+  }
+}
+
+/** Hooks that record every call, in order. */
+function recorder(): ShardHooks & { calls: string[] } {
+  const calls: string[] = [];
+  return {
+    calls,
+    acquired: (k) => calls.push(`acquired ${k}`),
+    stopping: (k) => {
+      calls.push(`stopping ${k}`);
+      return Promise.resolve();
+    },
+    stopped: (k) => calls.push(`stopped ${k}`),
+  };
+}
+
+const N = 4;
+const ID = "op";
+
+function elector(api: FakeLeases, identity: string, clock: FakeClock, hooks: ShardHooks) {
+  return new ShardElector({
+    client: api.client(),
+    namespace: "ns",
+    id: ID,
+    identity,
+    shards: N,
+    leaseDurationSeconds: 4,
+    renewDeadlineMs: 3_000,
+    retryPeriodMs: 1_000,
+    gracefulShutdownTimeoutMs: 1_000,
+    hooks,
+    log: log("test"),
+    clock,
+    random: () => 0,
+  });
+}
+
+/** Lets pending promise callbacks run (the fake API answers at once). */
+async function flush(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
+/** Advances the fake clock in 100 ms steps, letting promises run at each. */
+async function run(clock: FakeClock, ms: number): Promise<void> {
+  for (let t = 0; t < ms; t += 100) {
+    clock.advance(100);
+    await flush();
+  }
+}
+
+/** A namespace of each shard (found by hashing candidates). */
+function namespaceOfShard(): string[] {
+  const out: string[] = [];
+  for (let i = 0; out.filter(Boolean).length < N && i < 10_000; i++) {
+    const ns = `ns-${i}`;
+    out[shardOf(ns, N)] ??= ns;
+  }
+  return out;
+}
+
+function fenced(fn: () => void): boolean {
+  try {
+    fn();
+    return false;
+  } catch (err) {
+    if (isFenced(err)) return true;
+    throw err;
+  }
+}
+
+Deno.test("shard elector: fair share is ceil(shards / live members)", () => {
+  assertEquals(fairShare(4, 1), 4);
+  assertEquals(fairShare(4, 2), 2);
+  assertEquals(fairShare(4, 3), 2);
+  assertEquals(fairShare(5, 2), 3);
+  assertEquals(fairShare(4, 8), 1);
+  assertEquals(fairShare(4, 0), 4);
+});
+
+Deno.test("shard elector: alone it takes every shard; a second member gets half, given back drained then released; stop releases all", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const ha = recorder();
+  const hb = recorder();
+  const a = elector(api, "a_1", clock, ha);
+  const b = elector(api, "b_1", clock, hb);
+  const stopA = new AbortController();
+  const stopB = new AbortController();
+  const nss = namespaceOfShard();
+  try {
+    a.start(stopA.signal);
+    await run(clock, 1_000);
+    assertEquals(a.held(), [0, 1, 2, 3]);
+    for (let k = 0; k < N; k++) assertEquals(api.holder(shardLeaseName(ID, k)), "a_1");
+    const member = api.leases.get(memberLeaseName(ID, "a_1"));
+    assertEquals(member?.metadata?.labels?.[SHARD_MEMBER_LABEL], ID);
+    assertEquals(member?.spec?.holderIdentity, "a_1");
+    // Positive control of the fence: every shard's namespace passes.
+    for (const ns of nss) a.fence.check("POST", `/api/v1/namespaces/${ns}/pods`);
+    a.fence.check("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles");
+
+    b.start(stopB.signal);
+    await run(clock, 3_000);
+    assertEquals(a.held().length, 2, `a holds ${a.held()}`);
+    assertEquals(b.held().length, 2, `b holds ${b.held()}`);
+    assertEquals(new Set([...a.held(), ...b.held()]).size, N);
+    // A gave back its highest shards: stopping (drain) came before stopped, each once.
+    for (const k of b.held()) {
+      const stopping = ha.calls.indexOf(`stopping ${k}`);
+      const stopped = ha.calls.indexOf(`stopped ${k}`);
+      assert(stopping >= 0 && stopped > stopping, ha.calls.join("; "));
+      assert(hb.calls.includes(`acquired ${k}`), hb.calls.join("; "));
+      assertEquals(api.holder(shardLeaseName(ID, k)), "b_1");
+      // A's writes to B's shards are fenced; B's pass.
+      assert(fenced(() => a.fence.check("PUT", `/api/v1/namespaces/${nss[k]}/pods/x`)));
+      b.fence.check("PUT", `/api/v1/namespaces/${nss[k]}/pods/x`);
+    }
+    for (const k of a.held()) {
+      assert(fenced(() => b.fence.check("PUT", `/api/v1/namespaces/${nss[k]}/pods/x`)));
+    }
+
+    // B stops: its shards are released (holder cleared), its membership Lease deleted; A takes
+    // them back at once (released Leases are free, and one live member means a share of 4).
+    stopB.abort();
+    await b.stop();
+    assertEquals(b.held(), []);
+    assert(!api.leases.has(memberLeaseName(ID, "b_1")));
+    for (const k of [0, 1, 2, 3].filter((k) => !a.held().includes(k))) {
+      assertEquals(api.holder(shardLeaseName(ID, k)), "");
+      assert(hb.calls.indexOf(`stopping ${k}`) < hb.calls.indexOf(`stopped ${k}`));
+    }
+    await run(clock, 2_000);
+    assertEquals(a.held(), [0, 1, 2, 3]);
+  } finally {
+    stopA.abort();
+    stopB.abort();
+    await a.stop();
+  }
+});
+
+Deno.test("shard elector: a held shard is not taken before its Lease runs out on the taker's clock", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  // A dead replica's Lease of shard 0 (and no membership Lease: it is not live).
+  const dead = clock.now();
+  api.leases.set(shardLeaseName(ID, 0), {
+    metadata: { name: shardLeaseName(ID, 0), namespace: "ns", resourceVersion: "1" },
+    spec: {
+      holderIdentity: "dead_1",
+      leaseDurationSeconds: 4,
+      renewTime: new Date(dead).toISOString().replace("Z", "000Z"),
+    },
+  });
+  const h = recorder();
+  const a = elector(api, "a_1", clock, h);
+  const stop = new AbortController();
+  try {
+    a.start(stop.signal);
+    await run(clock, 2_000);
+    assertEquals(a.held(), [1, 2, 3]);
+    assertEquals(api.holder(shardLeaseName(ID, 0)), "dead_1");
+    await run(clock, 4_000);
+    assertEquals(a.held(), [0, 1, 2, 3]);
+  } finally {
+    stop.abort();
+    await a.stop();
+  }
+});
+
+Deno.test("shard elector: a shard whose renewal fails past the renew deadline is lost; its fence closes, the others go on", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const h = recorder();
+  const a = elector(api, "a_1", clock, h);
+  const stop = new AbortController();
+  const nss = namespaceOfShard();
+  try {
+    a.start(stop.signal);
+    await run(clock, 1_000);
+    assertEquals(a.held(), [0, 1, 2, 3]);
+    a.fence.check("POST", `/api/v1/namespaces/${nss[2]}/pods`); // positive control
+    api.failWrites.add(shardLeaseName(ID, 2));
+    await run(clock, 3_500);
+    assert(fenced(() => a.fence.check("POST", `/api/v1/namespaces/${nss[2]}/pods`)));
+    assertEquals(a.held(), [0, 1, 3]);
+    assert(h.calls.includes("stopped 2"), h.calls.join("; "));
+    for (const k of [0, 1, 3]) a.fence.check("POST", `/api/v1/namespaces/${nss[k]}/pods`);
+    // The Lease writes get through again: the shard is taken again once free on this clock.
+    api.failWrites.delete(shardLeaseName(ID, 2));
+    await run(clock, 6_000);
+    assertEquals(a.held(), [0, 1, 2, 3]);
+  } finally {
+    stop.abort();
+    await a.stop();
+  }
+});
+
+Deno.test("shard work: a queue filter drops keys of other shards; dropWhere empties a shard; drainWhere waits for its in-flight key", async () => {
+  const q = new WorkQueue({ clock: new FakeClock() });
+  let held = new Set(["a", "b"]);
+  q.setFilter((key) => held.has(key.split("/")[0]));
+  q.add("a/1");
+  q.add("b/1");
+  q.add("c/1"); // not held: dropped
+  q.addAfter("b/2", 10);
+  assertEquals(q.depth, 2);
+  assertEquals(q.depthWhere((k) => k.startsWith("b/")), 1);
+  const taken = await q.get();
+  assertEquals(taken, "a/1");
+  q.add("a/1"); // dirty while in flight
+  // Shard "a" goes: its keys leave, the in-flight one is waited for and not queued again.
+  held = new Set(["b"]);
+  assertEquals(q.dropWhere((k) => k.startsWith("a/")), 0);
+  let drained: boolean | undefined;
+  const wait = q.drainWhere((k) => k.startsWith("a/"), 1_000).then((d) => drained = d);
+  await flush();
+  assertEquals(drained, undefined);
+  q.done("a/1");
+  await wait;
+  assertEquals(drained, true);
+  assertEquals(q.depth, 1);
+  assertEquals(await q.get(), "b/1");
+  // Dropping b removes its delayed add too.
+  assertEquals(q.dropWhere((k) => k.startsWith("b/")), 1);
+  assertEquals(q.delayed, 0);
+});
+
+Deno.test("shard work: a store filter caches only admitted objects, silently; prune drops what it refuses now", () => {
+  const store = new Store<KubeObject>();
+  const events: string[] = [];
+  store.addHandler({
+    add: (o) => events.push(`add ${o.metadata?.namespace}`),
+    delete: (o) => events.push(`delete ${o.metadata?.namespace}`),
+  });
+  const obj = (ns: string, rv = "1"): KubeObject => ({
+    metadata: { namespace: ns, name: "x", resourceVersion: rv },
+  });
+  let held = new Set(["a", "b"]);
+  store.setFilter((o) => held.has(o.metadata?.namespace ?? ""));
+  store.replace([obj("a"), obj("b"), obj("c")]);
+  assertEquals(store.keys().sort(), ["a/x", "b/x"]);
+  store.upsert(obj("c", "2"));
+  store.remove(obj("c", "3"));
+  assertEquals(events, ["add a", "add b"]);
+  held = new Set(["a"]);
+  assertEquals(store.prune(), 1);
+  assertEquals(store.keys(), ["a/x"]);
+  assertEquals(events, ["add a", "add b"], "pruned without events");
+});
