@@ -152,8 +152,9 @@ export class ShardElector {
         leaseDurationSeconds: this.#o.leaseDurationSeconds,
         renewDeadlineMs: this.#o.renewDeadlineMs,
         retryPeriodMs: this.#o.retryPeriodMs,
-        clock: o.clock,
-        random: o.random,
+        // Only a clock given (tests): the fence's monotonic clock is performance.now() otherwise.
+        ...(o.clock ? { clock: o.clock } : {}),
+        random: this.#o.random,
         sealTakeover: false,
         watchLease: false,
         onError: (err) =>

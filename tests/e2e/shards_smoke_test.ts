@@ -139,6 +139,10 @@ Deno.test("sharding smoke: two replicas split four shards; SIGTERM moves one's s
       const as = await getAs(ns, "web");
       return (as.status?.readyReplicas ?? 0) >= 2 && as.status?.ready;
     }, 90_000);
+  } catch (err) {
+    // The operators' logs say where the shards went.
+    for (const op of ops) console.error(op.stderr().slice(-8000));
+    throw err;
   } finally {
     await Promise.all(ops.map((op) => op.stop("SIGTERM").catch(() => {})));
     for (const ns of [...nss, leaseNs]) await dropNamespace(ns).catch(() => {});
