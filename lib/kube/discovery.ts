@@ -25,9 +25,10 @@
  * The refresh rule ({@link Discovery.resolve}, {@link DynamicClient}): a cached document is read
  * again (1) when a kind asked for is not in it: a CRD created after it was read; (2) after a
  * request on a type resolved from it was answered 404 for the resource itself
- * ({@link isResourceNotServed}): a CRD deleted and created again with another plural or scope. No
- * document is read more than once per {@link DISCOVERY_MIN_REFRESH_INTERVAL_MS} (per
- * group/version), however many callers miss. Sources: client-go's `DeferredDiscoveryRESTMapper`
+ * ({@link isResourceNotServed}): a CRD deleted and created again with another plural or scope
+ * (the request is sent again only when the new scope fits the namespace the caller named, else
+ * {@link ScopeChangedError}). No document is read more than once per
+ * {@link DISCOVERY_MIN_REFRESH_INTERVAL_MS} (per group/version), however many callers miss. Sources: client-go's `DeferredDiscoveryRESTMapper`
  * (k8s.io/client-go/restmapper) drops its cache and maps once more when a mapping fails on a cache
  * that is not fresh; controller-runtime's lazy mapper (pkg/client/apiutil/restmapper.go) reloads
  * the group/version of a kind it does not know, and forgets a group/version whose document answers
@@ -113,6 +114,57 @@ export class NoKindMatchError extends Error {
     this.version = gvk.version;
     this.kind = gvk.kind;
     this.groupVersionServed = groupVersionServed;
+  }
+}
+
+/**
+ * Refused by {@link DynamicClient}: the kind's scope changed since it was resolved (its CRD was
+ * made again namespaced instead of cluster-scoped, or the reverse), and the request, sent again
+ * on the new type, would address another object than the caller named: with a namespace given
+ * and the kind now cluster-scoped, the namespace would be dropped from the path and the
+ * cluster-scoped object of that name read or written; without one and the kind now namespaced, a
+ * list would span every namespace. Thrown instead of that second request; only the first one was
+ * sent, and it was answered 404 for the resource ({@link isResourceNotServed}: nothing was read
+ * or written). The caller decides: the same request with a namespace (or without) as the new
+ * scope needs. Not an {@link ApiError}; `cause` is the 404.
+ */
+export class ScopeChangedError extends Error {
+  /** The group asked for (`""` for core). */
+  readonly group: string;
+  /** The version asked for. */
+  readonly version: string;
+  /** The kind asked for. */
+  readonly kind: string;
+  /** The namespace the caller named, or undefined for none. */
+  readonly namespace: string | undefined;
+  /** Whether the kind is namespaced now (as the document read again says). */
+  readonly namespaced: boolean;
+
+  /**
+   * Builds the error for `gvk`, asked for with `namespace` (undefined: none), now `namespaced`;
+   * `cause`: the 404 of the request sent on the type resolved before.
+   */
+  constructor(
+    gvk: GroupVersionKind,
+    namespace: string | undefined,
+    namespaced: boolean,
+    cause: unknown,
+  ) {
+    const gv = apiVersionOf(gvk);
+    super(
+      namespaced
+        ? `kind ${gvk.kind} of ${gv} is namespaced now, and the request named no namespace: ` +
+          "not sent again"
+        : `kind ${gvk.kind} of ${gv} is cluster-scoped now, and the request named namespace ` +
+          `${namespace}: not sent again`,
+      { cause },
+    );
+    this.name = "ScopeChangedError";
+    this.group = gvk.group;
+    this.version = gvk.version;
+    this.kind = gvk.kind;
+    this.namespace = namespace;
+    this.namespaced = namespaced;
   }
 }
 
@@ -381,7 +433,13 @@ function untilAborted<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
  * request through the client. When the request is answered {@link isResourceNotServed} (the type
  * resolved is stale: the CRD was deleted and created again with another plural or scope), the
  * kind is resolved once more ({@link Discovery.resolveAgain}) and, if its type changed, the
- * request is sent once more on the new type; if the kind is gone, {@link NoKindMatchError}.
+ * request is sent once more on the new type; if the kind is gone, {@link NoKindMatchError}. It is
+ * not sent again when the new scope does not fit what the caller named — a namespace (the
+ * option, or the body's `metadata.namespace` for create and update) for a kind now
+ * cluster-scoped, or none for a kind now namespaced: {@link ScopeChangedError}, so that a request
+ * never goes to an object the caller did not name. (On the first send, as with
+ * {@link KubeClient}, a namespace given for a cluster-scoped type is left out of the path:
+ * controller-runtime's client does the same.)
  * Otherwise every verb answers and throws what the client's does; create and update also fill in
  * the body's missing `apiVersion` and `kind`. For watches and informers,
  * resolve first and hand the type to the client or the runtime.
@@ -401,9 +459,14 @@ export class DynamicClient {
     this.discovery = discovery;
   }
 
-  /** Resolves `ref`, calls `send` with the type, and once more on a changed type after a 404. */
+  /**
+   * Resolves `ref`, calls `send` with the type, and once more on a changed type after a 404
+   * unless its scope no longer fits `namespace` (the namespace the caller named, or undefined).
+   * @throws ScopeChangedError instead of that second request
+   */
   async #on<R>(
     ref: KindRef,
+    namespace: string | undefined,
     signal: AbortSignal | undefined,
     send: (rt: ResourceType) => Promise<R>,
   ): Promise<R> {
@@ -414,18 +477,26 @@ export class DynamicClient {
       if (!isResourceNotServed(err)) throw err;
       const again = await this.discovery.resolveAgain(ref, rt, signal);
       if (!again) throw err;
+      if (again.namespaced !== (namespace !== undefined && namespace !== "")) {
+        throw new ScopeChangedError(
+          groupVersionKind(ref),
+          namespace || undefined,
+          again.namespaced,
+          err,
+        );
+      }
       return await send(again);
     }
   }
 
   /** {@link KubeClient.get} of `ref`'s type. @throws ApiError 404 NotFound when absent. */
   get<T extends KubeObject>(ref: KindRef, name: string, o: CallOptions = {}): Promise<T> {
-    return this.#on(ref, o.signal, (rt) => this.client.get<T>(rt, name, o));
+    return this.#on(ref, o.namespace, o.signal, (rt) => this.client.get<T>(rt, name, o));
   }
 
   /** {@link KubeClient.list} (one page) of `ref`'s type. */
   list<T extends KubeObject>(ref: KindRef, o: ListOptions = {}): Promise<ObjectList<T>> {
-    return this.#on(ref, o.signal, (rt) => this.client.list<T>(rt, o));
+    return this.#on(ref, o.namespace, o.signal, (rt) => this.client.list<T>(rt, o));
   }
 
   /** {@link KubeClient.listAll} (every page) of `ref`'s type. */
@@ -433,7 +504,7 @@ export class DynamicClient {
     ref: KindRef,
     o: ListOptions = {},
   ): Promise<{ items: T[]; resourceVersion: string; pages: number }> {
-    return this.#on(ref, o.signal, (rt) => this.client.listAll<T>(rt, o));
+    return this.#on(ref, o.namespace, o.signal, (rt) => this.client.listAll<T>(rt, o));
   }
 
   /**
@@ -442,12 +513,22 @@ export class DynamicClient {
    * custom resource without them); `obj` itself is not changed.
    */
   create<T extends KubeObject>(ref: KindRef, obj: T, o: WriteOptions = {}): Promise<T> {
-    return this.#on(ref, o.signal, (rt) => this.client.create<T>(rt, withKind(obj, rt), o));
+    return this.#on(
+      ref,
+      o.namespace ?? obj.metadata?.namespace,
+      o.signal,
+      (rt) => this.client.create<T>(rt, withKind(obj, rt), o),
+    );
   }
 
   /** {@link KubeClient.update} of `ref`'s type; `apiVersion` and `kind` as for {@link create}. */
   update<T extends KubeObject>(ref: KindRef, obj: T, o: WriteOptions = {}): Promise<T> {
-    return this.#on(ref, o.signal, (rt) => this.client.update<T>(rt, withKind(obj, rt), o));
+    return this.#on(
+      ref,
+      o.namespace ?? obj.metadata?.namespace,
+      o.signal,
+      (rt) => this.client.update<T>(rt, withKind(obj, rt), o),
+    );
   }
 
   /** {@link KubeClient.patch} of `ref`'s type. */
@@ -457,11 +538,11 @@ export class DynamicClient {
     patch: unknown,
     o: PatchOptions = {},
   ): Promise<T> {
-    return this.#on(ref, o.signal, (rt) => this.client.patch<T>(rt, name, patch, o));
+    return this.#on(ref, o.namespace, o.signal, (rt) => this.client.patch<T>(rt, name, patch, o));
   }
 
   /** {@link KubeClient.delete} of `ref`'s type. */
   delete(ref: KindRef, name: string, o: DeleteOptions = {}): Promise<KubeObject | Status> {
-    return this.#on(ref, o.signal, (rt) => this.client.delete(rt, name, o));
+    return this.#on(ref, o.namespace, o.signal, (rt) => this.client.delete(rt, name, o));
   }
 }

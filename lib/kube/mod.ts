@@ -57,6 +57,7 @@ export {
   type KindRef,
   NoKindMatchError,
   parseResourceList,
+  ScopeChangedError,
 } from "./discovery.ts";
 export {
   ApiError,

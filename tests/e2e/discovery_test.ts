@@ -12,9 +12,12 @@
  * - a kind or group/version not served gives NoKindMatchError naming it;
  * - a CRD created after its group/version was read (and was then not served at all, or served
  *   without that kind) is found by the refresh on a miss, with exactly one read;
- * - a CRD deleted and created again with another plural and scope: a create on the stale type is
- *   answered 404, the document is read once, the create is sent again to the new path and
- *   succeeds; the CRD deleted for good: NoKindMatchError instead of a bare 404.
+ * - a CRD deleted and created again with another plural and scope (namespaced, then
+ *   cluster-scoped): a create on the stale type naming a namespace is answered 404, the document
+ *   is read once, and the create is not sent again (it would drop the namespace and make a
+ *   cluster-scoped object): ScopeChangedError, nothing created; the same create naming no
+ *   namespace is sent to the new path and succeeds; the CRD deleted for good: NoKindMatchError
+ *   instead of a bare 404.
  */
 import type { ConfigMap } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals, assertRejects } from "../assert.ts";
@@ -34,6 +37,7 @@ import {
   loadClusterConfig,
   NAMESPACES,
   PODS,
+  ScopeChangedError,
 } from "../../lib/kube/mod.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
@@ -272,7 +276,7 @@ Deno.test("discovery: resolve by group/version/kind against the apiserver, refre
     );
 
     await t.step(
-      "a CRD made again with another plural and scope: the 404 refreshes, the create goes to the new path",
+      "a CRD made again with another plural and scope: the 404 refreshes, the create is refused, not sent to another scope",
       async () => {
         await makeCrd("Gamma", "gammas", "Namespaced");
         await pastInterval();
@@ -282,18 +286,27 @@ Deno.test("discovery: resolve by group/version/kind against the apiserver, refre
         await pastInterval();
 
         sent.length = 0;
-        const g2 = await dynamic.create<KubeObject>(kind("Gamma"), {
-          metadata: { name: `g2-${ns}` },
-        }, {
-          namespace: ns,
-        });
-        assertEquals(g2.metadata?.namespace, undefined);
+        // Sent again, the create would lose the namespace named and make a cluster-scoped Gamma.
+        const moved = await assertRejects(() =>
+          dynamic.create<KubeObject>(kind("Gamma"), { metadata: { name: `g2-${ns}` } }, {
+            namespace: ns,
+          })
+        );
+        assert(moved instanceof ScopeChangedError, String(moved));
+        assertEquals([moved.namespace, moved.namespaced], [ns, false]);
         assertEquals(sent, [
           `POST /apis/${group}/v1/namespaces/${ns}/gammas 404`,
           `GET ${docPath} 200`,
-          `POST /apis/${group}/v1/gammaz 201`,
         ]);
-        assertEquals((await discovery.resolve(kind("Gamma"))).namespaced, false);
+        const gammaz = await discovery.resolve(kind("Gamma"));
+        assertEquals([gammaz.plural, gammaz.namespaced], ["gammaz", false]);
+        assertEquals((await c.list(gammaz)).items, []); // nothing was created (unrecorded list)
+        // Positive control: the same create naming no namespace makes the cluster-scoped Gamma.
+        const g2 = await dynamic.create<KubeObject>(kind("Gamma"), {
+          metadata: { name: `g2-${ns}` },
+        });
+        assertEquals(g2.metadata?.namespace, undefined);
+        assertEquals(sent.slice(2), [`POST /apis/${group}/v1/gammaz 201`]);
         assertEquals((await dynamic.get(kind("Gamma"), `g2-${ns}`)).metadata?.name, `g2-${ns}`);
         assertEquals(sent.length, 4);
 

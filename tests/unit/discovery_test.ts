@@ -19,6 +19,7 @@ import {
   isResourceNotServed,
   NoKindMatchError,
   parseResourceList,
+  ScopeChangedError,
 } from "../../lib/kube/discovery.ts";
 import type { KubeClient } from "../../lib/kube/client.ts";
 import { ApiError } from "../../lib/kube/errors.ts";
@@ -372,7 +373,7 @@ Deno.test("discovery: isResourceNotServed tells a 404 of the resource from a 404
   assert(!isResourceNotServed(new Error("404")));
 });
 
-Deno.test("discovery: DynamicClient sends once more on a type gone stale, once only", async () => {
+Deno.test("discovery: DynamicClient sends once more on a type gone stale, once only, never to another scope", async () => {
   const f = fake({
     "/apis/g.example.com/v1": doc("g.example.com/v1", [["gammas", "Gamma", true]]),
   });
@@ -406,21 +407,57 @@ Deno.test("discovery: DynamicClient sends once more on a type gone stale, once o
   ]);
   assertEquals(body, { metadata: { name: "c" } });
 
-  // The CRD is made again cluster-scoped as gammaz: one 404, one read, the request once more.
+  // The CRD is made again cluster-scoped as gammaz: one 404, one read, and no second request,
+  // which would drop the namespace the caller named and reach the cluster-scoped object "a".
   served = "gammaz";
   f.docs["/apis/g.example.com/v1"] = doc("g.example.com/v1", [["gammaz", "Gamma", false]]);
   f.clock.advance(DISCOVERY_MIN_REFRESH_INTERVAL_MS);
   sent.length = 0;
+  const moved = await assertRejects(() => dynamic.get(ref, "a", { namespace: "n" }));
+  assert(moved instanceof ScopeChangedError, String(moved));
+  assertEquals(
+    [moved.group, moved.version, moved.kind, moved.namespace, moved.namespaced],
+    ["g.example.com", "v1", "Gamma", "n", false],
+  );
+  assert(isResourceNotServed(moved.cause), String(moved.cause));
+  assertEquals([sent, f.reads.length], [["gammas ns a"], 2]);
+  // Positive control: without the namespace, the same request reaches gammaz.
+  assertEquals(await dynamic.get(ref, "a"), { metadata: { name: "a" } });
+  assertEquals([sent, f.reads.length], [["gammas ns a", "gammaz a"], 2]);
+
+  // Made again as gammay, still cluster-scoped: the scope fits, the request is sent once more.
+  served = "gammay";
+  f.docs["/apis/g.example.com/v1"] = doc("g.example.com/v1", [["gammay", "Gamma", false]]);
+  f.clock.advance(DISCOVERY_MIN_REFRESH_INTERVAL_MS);
+  sent.length = 0;
+  assertEquals(await dynamic.get(ref, "a"), { metadata: { name: "a" } });
+  assertEquals([sent, f.reads.length], [["gammaz a", "gammay a"], 3]);
+
+  // The reverse: made again namespaced as gammax, asked for with no namespace: not sent again.
+  served = "gammax";
+  f.docs["/apis/g.example.com/v1"] = doc("g.example.com/v1", [["gammax", "Gamma", true]]);
+  f.clock.advance(DISCOVERY_MIN_REFRESH_INTERVAL_MS);
+  sent.length = 0;
+  const reverse = await assertRejects(() => dynamic.get(ref, "a"));
+  assert(reverse instanceof ScopeChangedError && reverse.namespaced, String(reverse));
+  assertEquals(reverse.namespace, undefined);
+  assertEquals([sent, f.reads.length], [["gammay a"], 4]);
   assertEquals(await dynamic.get(ref, "a", { namespace: "n" }), { metadata: { name: "a" } });
-  assertEquals(sent, ["gammas ns a", "gammaz a"]);
-  assertEquals(f.reads.length, 2);
+  assertEquals(sent, ["gammay a", "gammax ns a"]);
+
+  // Back to cluster-scoped gammaz for the rest.
+  served = "gammaz";
+  f.docs["/apis/g.example.com/v1"] = doc("g.example.com/v1", [["gammaz", "Gamma", false]]);
+  f.clock.advance(DISCOVERY_MIN_REFRESH_INTERVAL_MS);
+  await f.discovery.resolveAgain(ref, gType("Gamma", "gammax", true));
+  const readsBefore = f.reads.length;
 
   // An object's 404 is the caller's answer: no read, no second request.
   sent.length = 0;
   f.clock.advance(DISCOVERY_MIN_REFRESH_INTERVAL_MS);
   const absent = await assertRejects(() => dynamic.get(ref, "absent"));
   assert(absent instanceof ApiError && !isResourceNotServed(absent), String(absent));
-  assertEquals([sent, f.reads.length], [["gammaz absent"], 2]);
+  assertEquals([sent, f.reads.length], [["gammaz absent"], readsBefore]);
 
   // A 404 of the resource that discovery does not explain: the 404 stands, one request more
   // at most (the document is read once and says the same).
@@ -428,5 +465,5 @@ Deno.test("discovery: DynamicClient sends once more on a type gone stale, once o
   sent.length = 0;
   const stale = await assertRejects(() => dynamic.get(ref, "a"));
   assert(isResourceNotServed(stale), String(stale));
-  assertEquals([sent, f.reads.length], [["gammaz a"], 3]);
+  assertEquals([sent, f.reads.length], [["gammaz a"], readsBefore + 1]);
 });
