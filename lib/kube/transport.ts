@@ -75,10 +75,16 @@ export interface RequestInfo {
 /**
  * What runs around one attempt when {@link ClientOptions.requestScope} opens one (tracing: a span
  * of the request, active while `fetch` is called, so that what `fetch` itself records nests under
- * it). Must not throw.
+ * it). Should not throw; what it throws is handled as below.
  */
 export interface RequestScope {
-  /** Calls `send` (the attempt's `fetch`) and returns what it returns. */
+  /**
+   * Calls `send` (the attempt's `fetch`) once, synchronously, and returns what it returns. An
+   * error `run` throws itself (or a `run` that returns without calling `send`: a TypeError) ends
+   * the attempt: a `fetch` already started is aborted, {@link end} is told `<error>`, and the
+   * error reaches the caller of the request unchanged — not taken for a connection failure, not
+   * retried, not counted by the client's health.
+   */
   run<T>(send: () => T): T;
   /** The attempt ended: what {@link ClientOptions.onRequest} is told. */
   end(info: RequestInfo): void;
@@ -343,8 +349,9 @@ export class Transport {
 
   /**
    * Sends one attempt and waits for its response headers. Rejects only when the write fence
-   * refuses the write before it is handed to `fetch` (nothing was sent); every other outcome is
-   * resolved as an {@link Attempt}.
+   * refuses the write before it is handed to `fetch` (nothing was sent), or with the error of the
+   * request scope's `run` ({@link RequestScope.run}); every other outcome is resolved as an
+   * {@link Attempt}.
    */
   async send(a: AttemptSpec): Promise<Attempt> {
     const { req } = a;
@@ -371,20 +378,34 @@ export class Transport {
       scope = this.#o.requestScope?.(req);
     } catch { /* tracing must not break requests */ }
     let resp: Response;
+    let sending: Promise<Response> | undefined;
+    const send = () =>
+      sending = fetch(a.url, {
+        method: req.method,
+        headers,
+        body: a.body,
+        signal: AbortSignal.any(
+          Object.values(signals).filter((s): s is AbortSignal => s !== undefined),
+        ),
+        client: a.httpClient,
+      });
     try {
-      const send = () =>
-        fetch(a.url, {
-          method: req.method,
-          headers,
-          body: a.body,
-          signal: AbortSignal.any(
-            Object.values(signals).filter((s): s is AbortSignal => s !== undefined),
-          ),
-          client: a.httpClient,
-        });
-      const sending = scope ? scope.run(send) : send();
+      if (!scope) send();
+      else {
+        scope.run(send);
+        if (!sending) throw new TypeError("requestScope: run returned without calling send");
+      }
+    } catch (err) {
+      // The hook's own error (fetch() only returns a promise): the caller's, unchanged.
+      stall.abort(err);
+      sending?.catch(() => {});
+      this.inFlight.requests.delete(entry);
+      this.#record(req, "<error>", started, headers["Audit-ID"], scope);
+      throw err;
+    }
+    try {
       if (a.fence && late) this.#checkAgainSoon(a.fence, req, late);
-      resp = await sending;
+      resp = await sending!;
     } catch (err) {
       this.inFlight.requests.delete(entry);
       this.#record(req, "<error>", started, headers["Audit-ID"], scope);
