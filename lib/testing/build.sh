@@ -49,13 +49,14 @@ die() {
   exit 1
 }
 
+# require_pin, find_go, and the cleanup of an interrupted build.
+# shellcheck source=build_common.sh
+source "$here/build_common.sh"
+
 # The cache key must match what the Go modules pin, or the cache would lie.
-grep -q "k8s.io/kubernetes $K8S_VERSION\$" "$here/build/kube/go.mod" ||
-  die "build/kube/go.mod does not pin k8s.io/kubernetes $K8S_VERSION"
-grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION\$" "$here/build/etcd/go.mod" ||
-  die "build/etcd/go.mod does not pin go.etcd.io/etcd/server/v3 $ETCD_VERSION"
-grep -q "sigs.k8s.io/kwok $KWOK_VERSION\$" "$here/build/kwok/go.mod" ||
-  die "build/kwok/go.mod does not pin sigs.k8s.io/kwok $KWOK_VERSION"
+require_pin "$here/build/kube/go.mod" "k8s.io/kubernetes $K8S_VERSION"
+require_pin "$here/build/etcd/go.mod" "go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+require_pin "$here/build/kwok/go.mod" "sigs.k8s.io/kwok $KWOK_VERSION"
 
 # pki.ts (beside cluster.ts) makes its certificates with the openssl CLI.
 if ! command -v openssl >/dev/null; then
@@ -114,10 +115,6 @@ fi
 for name in etcd kube-apiserver kubectl; do
   if [[ -z ${from_assets[$name]:-} && -L $bin/$name ]]; then rm -f "$bin/$name"; fi
 done
-
-# find_go, and the cleanup of an interrupted build.
-# shellcheck source=build_common.sh
-source "$here/build_common.sh"
 
 # build MODULE_DIR LDFLAGS PACKAGE... : builds the given binaries into a temporary folder, then
 # moves each into the cache folder (rename on the same file system, so atomic) and reports the time.

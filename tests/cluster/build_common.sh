@@ -1,10 +1,9 @@
 # Sourced by build_helm.sh, build_prometheus.sh and build_otelcol.sh (bash, set -euo pipefail; `die`
 # and `say` defined by the caller). Each builds one pinned Go tool into a cache folder keyed by its
 # version, and shares with the others:
-# - from lib/testing/build_common.sh: find_go NAME..., and the cleanup of an interrupted build
-#   ($tmp and $gopid);
-# - require_pin GO_MOD LINE: dies unless go.mod pins exactly LINE (`module version`): the cache key
-#   must be what the module pins, or the cache would lie;
+# - from lib/testing/build_common.sh: require_pin GO_MOD 'MODULE VERSION' (dies unless go.mod
+#   requires exactly that version), find_go NAME..., and the cleanup of an interrupted build ($tmp
+#   and $gopid);
 # - lock_cache BIN SCRIPT: creates BIN and takes its lock (one builder per folder; a second caller
 #   waits at most an hour), then removes what an interrupted build left;
 # - cached BIN RECIPE EXE...: true when BIN was built with RECIPE and holds every EXE;
@@ -14,10 +13,6 @@
 #   records RECIPE; an interrupted build never leaves a partial binary in BIN.
 # shellcheck source=../../lib/testing/build_common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../lib/testing" && pwd)/build_common.sh"
-
-require_pin() {
-  grep -q "$2\$" "$1" || die "$1 does not pin $2"
-}
 
 lock_cache() {
   mkdir -p "$1"
