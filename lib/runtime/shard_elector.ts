@@ -134,6 +134,8 @@ export class ShardElector {
   readonly #members = new Map<string, { renew?: string; atMs: number; durationMs: number }>();
   #member?: Lease;
   #loop: Promise<void> = Promise.resolve();
+  /** Give-backs in progress (fair share), awaited by {@link stop}. */
+  readonly #leaving = new Set<Promise<void>>();
   #live = 1;
   /** The write fence of the reconcilers' client. */
   readonly fence: ShardFence;
@@ -223,7 +225,10 @@ export class ShardElector {
     const held = this.held();
     if (held.length > fair) {
       // Give back the highest shards above the fair share, one round at a time.
-      for (const k of held.slice(fair).reverse()) void this.#giveBack(k, "fair-share");
+      for (const k of held.slice(fair).reverse()) {
+        const p = this.#giveBack(k, "fair-share").finally(() => this.#leaving.delete(p));
+        this.#leaving.add(p);
+      }
       return;
     }
     let count = held.length;
@@ -378,7 +383,10 @@ export class ShardElector {
    */
   async stop(): Promise<void> {
     await this.#loop;
-    await Promise.all(this.held().map((k) => this.#giveBack(k, "shutdown")));
+    await Promise.all([
+      ...this.held().map((k) => this.#giveBack(k, "shutdown")),
+      ...this.#leaving,
+    ]);
     const o = this.#o;
     try {
       await o.client.delete(LEASES, memberLeaseName(o.id, o.identity), {
