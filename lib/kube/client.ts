@@ -55,7 +55,14 @@ import { resourcePath, type ResourceType } from "./resources.ts";
 import { type Gate, NO_GATE, Sender } from "./retry.ts";
 
 import { RetryAfterGate, TokenBucket } from "./throttle.ts";
-import { type RequestInfo, type RequestScope, Transport, type WriteFence } from "./transport.ts";
+import {
+  METADATA_ACCEPT,
+  type OutgoingRequest,
+  type RequestInfo,
+  type RequestScope,
+  Transport,
+  type WriteFence,
+} from "./transport.ts";
 import { type ObjectWatchEvent, openWatch, type WatchDeps, WatchRestartError } from "./watch.ts";
 
 export {
@@ -69,6 +76,7 @@ export {
 } from "./params.ts";
 export { MAX_RETRY_AFTER_SECONDS } from "./retry.ts";
 export {
+  METADATA_ACCEPT,
   type RequestInfo,
   type RequestScope,
   STALLED_REQUEST_MIN_MS,
@@ -101,6 +109,38 @@ export interface ObjectList<T> {
   };
   /** The objects of this page. */
   items: T[];
+}
+
+/**
+ * What the caller of a write reads of a successful answer ({@link ResponseOptions.response}):
+ * - `full` (the default): the object the apiserver answered, decoded;
+ * - `metadata`: only its metadata: the apiserver is asked for a `PartialObjectMetadata`
+ *   ({@link METADATA_ACCEPT}), so it encodes, and the client receives and decodes, no spec and no
+ *   status; the call resolves a {@link PartialObject} (a delete answered with a `Status` resolves
+ *   that `Status`);
+ * - `none`: nothing: the apiserver is asked for the metadata alone as for `metadata`, and the
+ *   body is read to its end (so the connection serves the next request) but not decoded; the call
+ *   resolves `undefined`.
+ *
+ * An error answer (non-2xx) is decoded in full whatever this says: the call throws the same
+ * {@link ApiError} as with `full`.
+ */
+export type WriteResponse = "full" | "metadata" | "none";
+
+/** The option of the write verbs (create, update, patch, delete) that says what is read. */
+export interface ResponseOptions {
+  /** What of a successful answer is read; default `full` (see {@link WriteResponse}). */
+  response?: WriteResponse;
+}
+
+/**
+ * The answer of a write made with `response: "metadata"`: a `PartialObjectMetadata`
+ * (meta.k8s.io/v1) carrying the written object's metadata (name, namespace, uid,
+ * resourceVersion, generation, labels, annotations, ownerReferences, finalizers, managedFields...).
+ */
+export interface PartialObject extends KubeObject {
+  /** The written object's metadata. */
+  metadata: ObjectMeta;
 }
 
 /** Options of {@link KubeClient}. */
@@ -354,6 +394,20 @@ export class KubeClient {
     return await resp.json() as T;
   }
 
+  /**
+   * Sends a write and reads of its successful answer what `response` says (see
+   * {@link WriteResponse}); error answers are decoded by the sender in any case.
+   */
+  async #write<T>(req: RawRequest, response: WriteResponse = "full"): Promise<T | undefined> {
+    if (response === "full") return await this.#json<T>(req);
+    const out: OutgoingRequest = { ...req, accept: METADATA_ACCEPT };
+    const resp = await this.#sender.send(out);
+    if (response === "metadata") return await resp.json() as T;
+    // Read to the end, not cancelled: docs/design/client.md, "Answers not read".
+    await resp.arrayBuffer();
+    return undefined;
+  }
+
   /** GET any path (e.g. `/version`, `/readyz`) and decode JSON. */
   raw<T>(path: string, signal?: AbortSignal): Promise<T> {
     return this.#json<T>({ method: "GET", path, signal });
@@ -422,58 +476,180 @@ export class KubeClient {
     return { items, resourceVersion: r.resourceVersion, pages: r.pages };
   }
 
-  /** Creates an object in `namespace` (or the object's own). @throws ApiError 409 AlreadyExists. */
-  create<T extends KubeObject>(rt: ResourceType, obj: T, o: WriteOptions = {}): Promise<T> {
+  /**
+   * Creates an object in `namespace` (or the object's own); resolves what `o.response` asks for
+   * ({@link WriteResponse}: the object created by default). @throws ApiError 409 AlreadyExists.
+   */
+  create<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o: WriteOptions & { response: "none" },
+  ): Promise<undefined>;
+  /** `create` with `response: "metadata"`: resolves the metadata answered. */
+  create<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o: WriteOptions & { response: "metadata" },
+  ): Promise<PartialObject>;
+  /** `create` with the default `response: "full"`: resolves the object answered. */
+  create<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o?: WriteOptions & { response?: "full" },
+  ): Promise<T>;
+  /** `create` for a `response` chosen at run time: resolves what it asks for. */
+  create<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o?: WriteOptions & ResponseOptions,
+  ): Promise<T | PartialObject | undefined>;
+  /** `create` for any {@link WriteResponse} (the implementation). */
+  create<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o: WriteOptions & ResponseOptions = {},
+  ): Promise<T | PartialObject | undefined> {
     const ns = o.namespace ?? obj.metadata?.namespace;
-    return this.#json<T>({
+    return this.#write<T>({
       method: "POST",
       path: resourcePath(rt, ns),
       body: obj,
       signal: o.signal,
       query: writeQuery(o),
-    });
+    }, o.response);
   }
 
-  /** Replaces an object (PUT); `metadata.resourceVersion` makes it conditional (409 Conflict). */
-  update<T extends KubeObject>(rt: ResourceType, obj: T, o: WriteOptions = {}): Promise<T> {
+  /**
+   * Replaces an object (PUT); `metadata.resourceVersion` makes it conditional (409 Conflict).
+   * Resolves what `o.response` asks for ({@link WriteResponse}: the object stored by default).
+   */
+  update<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o: WriteOptions & { response: "none" },
+  ): Promise<undefined>;
+  /** `update` with `response: "metadata"`: resolves the metadata answered. */
+  update<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o: WriteOptions & { response: "metadata" },
+  ): Promise<PartialObject>;
+  /** `update` with the default `response: "full"`: resolves the object answered. */
+  update<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o?: WriteOptions & { response?: "full" },
+  ): Promise<T>;
+  /** `update` for a `response` chosen at run time: resolves what it asks for. */
+  update<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o?: WriteOptions & ResponseOptions,
+  ): Promise<T | PartialObject | undefined>;
+  /** `update` for any {@link WriteResponse} (the implementation). */
+  update<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    o: WriteOptions & ResponseOptions = {},
+  ): Promise<T | PartialObject | undefined> {
     const ns = o.namespace ?? obj.metadata?.namespace;
-    return this.#json<T>({
+    return this.#write<T>({
       method: "PUT",
       path: resourcePath(rt, ns, obj.metadata?.name ?? "", o.subresource),
       body: obj,
       signal: o.signal,
       query: { fieldManager: o.fieldManager },
-    });
+    }, o.response);
   }
 
   /**
    * Patches an object. `type` picks the content type; `apply` is server-side apply and needs
    * `fieldManager`. A JSON patch `test` op gives a precondition (422 Invalid... when it fails).
+   * Resolves what `o.response` asks for ({@link WriteResponse}: the object patched by default).
    */
   patch<T extends KubeObject>(
     rt: ResourceType,
     name: string,
     patch: unknown,
-    o: PatchOptions = {},
-  ): Promise<T> {
-    return this.#json<T>({
+    o: PatchOptions & { response: "none" },
+  ): Promise<undefined>;
+  /** `patch` with `response: "metadata"`: resolves the metadata answered. */
+  patch<T extends KubeObject>(
+    rt: ResourceType,
+    name: string,
+    patch: unknown,
+    o: PatchOptions & { response: "metadata" },
+  ): Promise<PartialObject>;
+  /** `patch` with the default `response: "full"`: resolves the object answered. */
+  patch<T extends KubeObject>(
+    rt: ResourceType,
+    name: string,
+    patch: unknown,
+    o?: PatchOptions & { response?: "full" },
+  ): Promise<T>;
+  /** `patch` for a `response` chosen at run time: resolves what it asks for. */
+  patch<T extends KubeObject>(
+    rt: ResourceType,
+    name: string,
+    patch: unknown,
+    o?: PatchOptions & ResponseOptions,
+  ): Promise<T | PartialObject | undefined>;
+  /** `patch` for any {@link WriteResponse} (the implementation). */
+  patch<T extends KubeObject>(
+    rt: ResourceType,
+    name: string,
+    patch: unknown,
+    o: PatchOptions & ResponseOptions = {},
+  ): Promise<T | PartialObject | undefined> {
+    return this.#write<T>({
       method: "PATCH",
       path: resourcePath(rt, o.namespace, name, o.subresource),
       body: patch,
       contentType: PATCH_CONTENT_TYPES[o.type ?? "merge"],
       signal: o.signal,
       query: patchQuery(o),
-    });
+    }, o.response);
   }
 
-  /** Deletes an object; answers the object (with deletionTimestamp) or a Status. */
-  delete(rt: ResourceType, name: string, o: DeleteOptions = {}): Promise<KubeObject | Status> {
-    return this.#json({
+  /**
+   * Deletes an object; answers the object (with deletionTimestamp) or a Status, or what
+   * `o.response` asks for ({@link WriteResponse}).
+   */
+  delete(
+    rt: ResourceType,
+    name: string,
+    o: DeleteOptions & { response: "none" },
+  ): Promise<undefined>;
+  /** `delete` with `response: "metadata"`: resolves the metadata answered. */
+  delete(
+    rt: ResourceType,
+    name: string,
+    o: DeleteOptions & { response: "metadata" },
+  ): Promise<PartialObject | Status>;
+  /** `delete` with the default `response: "full"`: resolves the object answered. */
+  delete(
+    rt: ResourceType,
+    name: string,
+    o?: DeleteOptions & { response?: "full" },
+  ): Promise<KubeObject | Status>;
+  /** `delete` for a `response` chosen at run time: resolves what it asks for. */
+  delete(
+    rt: ResourceType,
+    name: string,
+    o?: DeleteOptions & ResponseOptions,
+  ): Promise<KubeObject | Status | undefined>;
+  /** `delete` for any {@link WriteResponse} (the implementation). */
+  delete(
+    rt: ResourceType,
+    name: string,
+    o: DeleteOptions & ResponseOptions = {},
+  ): Promise<KubeObject | Status | undefined> {
+    return this.#write<KubeObject | Status>({
       method: "DELETE",
       path: resourcePath(rt, o.namespace, name),
       body: deleteBody(o),
       signal: o.signal,
-    });
+    }, o.response);
   }
 
   /**

@@ -24,14 +24,18 @@ export {
   type ListOptions,
   MAX_RETRY_AFTER_SECONDS,
   MAX_THROTTLE_WAIT_MS,
+  METADATA_ACCEPT,
   type ObjectList,
+  type PartialObject,
   PATCH_CONTENT_TYPES,
   type PatchOptions,
   type RequestInfo,
   type RequestScope,
+  type ResponseOptions,
   type WatchOptions,
   type WriteFence,
   type WriteOptions,
+  type WriteResponse,
 } from "./client.ts";
 export {
   type AuthConfig,

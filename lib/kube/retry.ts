@@ -26,6 +26,7 @@ import {
   type Attempt,
   type Failure,
   IDEMPOTENT,
+  type OutgoingRequest,
   type Transport,
   type WriteFence,
 } from "./transport.ts";
@@ -175,7 +176,7 @@ export class Sender {
    *   after retries; a {@link NetworkError}/`UnreachableError` when no answer came; the
    *   signal's reason when aborted; the fence's error when it refused the write.
    */
-  async send(req: RawRequest): Promise<Response> {
+  async send(req: OutgoingRequest): Promise<Response> {
     const url = requestUrl(this.#o.server, req.path, req.query);
     const body = req.body === undefined ? undefined : JSON.stringify(req.body);
     const isWrite = !IDEMPOTENT.has(req.method);

@@ -90,6 +90,26 @@ export interface RequestScope {
   end(info: RequestInfo): void;
 }
 
+/**
+ * A request as the sending layers (retry.ts, this module) carry it: the verb's {@link RawRequest}
+ * and the `Accept` header to send (default `application/json`), e.g. {@link METADATA_ACCEPT}.
+ */
+export interface OutgoingRequest extends RawRequest {
+  /** The `Accept` header; default `application/json`. */
+  accept?: string;
+}
+
+/**
+ * `Accept` of a request whose caller reads only the answer's metadata: the apiserver answers a
+ * `PartialObjectMetadata` (meta.k8s.io/v1: `metadata` only, no spec or status) for any object it
+ * would have answered, and a `Status` as it is, as client-go's metadata client asks
+ * (k8s.io/client-go/metadata). Every endpoint of kube-apiserver and of the apiservers built on
+ * k8s.io/apiserver honours it for get, create, update, patch and delete (`transformResponseObject`
+ * in k8s.io/apiserver/pkg/endpoints/handlers/response.go); plain JSON is the fallback.
+ */
+export const METADATA_ACCEPT =
+  "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
+
 /** Methods that are reads: never fenced, retried after connection errors and 5xx. */
 export const IDEMPOTENT: ReadonlySet<string> = new Set(["GET", "HEAD"]);
 
@@ -295,7 +315,7 @@ export type Attempt =
 /** What one attempt is sent with (the credential is the caller's, taken and released by it). */
 export interface AttemptSpec {
   /** The request. */
-  req: RawRequest;
+  req: OutgoingRequest;
   /** Its URL with the query. */
   url: URL;
   /** The JSON body, serialized. */
@@ -439,7 +459,7 @@ export class Transport {
     // pkg/endpoints/filters/with_auditid.go), so that client logs and the audit log meet even
     // when no answer comes.
     const headers: Record<string, string> = {
-      "Accept": "application/json",
+      "Accept": a.req.accept ?? "application/json",
       "User-Agent": this.#o.userAgent,
       "Audit-ID": crypto.randomUUID(),
     };
