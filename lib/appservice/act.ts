@@ -202,6 +202,7 @@ export class Actor {
         namespace: obj.metadata!.namespace,
         preconditions: { uid: obj.metadata!.uid },
         signal,
+        response: "none",
       });
     } catch (err) {
       // Already gone, or replaced by another object of that name (uid precondition: 409).
@@ -275,6 +276,7 @@ export class Actor {
         type: "merge",
         fieldManager: FIELD_MANAGER,
         signal: ctx.signal,
+        response: "none",
       });
     } catch (err) {
       rethrowIfAbortive(err);
@@ -305,9 +307,11 @@ export class Actor {
     for (const slot of p.create) {
       const pod = desiredPod(as, slot, p.hash);
       try {
+        // Only the uid of the answer is read.
         const made = await client.create<Pod>(PODS, pod, {
           fieldManager: FIELD_MANAGER,
           signal: ctx.signal,
+          response: "metadata",
         });
         rejected.succeeded(key, "pod-create");
         created++;
@@ -397,6 +401,7 @@ export class Actor {
         fieldManager: FIELD_MANAGER,
         dryRun: true,
         signal: t.ctx.signal,
+        response: "none",
       });
       this.#d.rejected.succeeded(t.key, "pod-create");
       return true;

@@ -77,8 +77,15 @@ export async function serviceStep(a: Actor, t: Turn, step: ServiceStep): Promise
         name,
         write.body,
         write.kind === "merge"
-          ? { namespace: ns, type: "merge", fieldManager: FIELD_MANAGER, signal }
-          : { namespace: ns, type: "apply", fieldManager: FIELD_MANAGER, force: true, signal },
+          ? { namespace: ns, type: "merge", fieldManager: FIELD_MANAGER, signal, response: "none" }
+          : {
+            namespace: ns,
+            type: "apply",
+            fieldManager: FIELD_MANAGER,
+            force: true,
+            signal,
+            response: "none",
+          },
       );
       const [verb, reason, action] = !live
         ? ["Created", "ServiceCreated", "Create"]

@@ -106,7 +106,7 @@ import { adoptablePods, nextStep, plan, podsToRelabel, type ReconcilePlan } from
 import { ORPHAN_INDEX, orphanKeys, SPEC_HASH_ANNOTATION } from "./pods.ts";
 import { RejectedWrites } from "./rejections.ts";
 import { type PodFailure, PodReplacements } from "./replacements.ts";
-import { WrittenVersions } from "./written.ts";
+import { statusWritten, WrittenVersions } from "./written.ts";
 import { cleanupStatus, type FailedPod, reconcileStatus } from "./report.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import {
@@ -300,7 +300,8 @@ class AppServiceReconciler {
     const status = { ...next, lastReconciliation: new Date(nowMs).toISOString() };
     // The resourceVersion `next` was computed from is a precondition (409 when outdated).
     const metadata = { resourceVersion: as.metadata.resourceVersion };
-    const got = await this.#deps.client.patch<AppService>(
+    // Only the answer's metadata is read: the stored object is `as` with this patch applied.
+    const got = await this.#deps.client.patch(
       APPSERVICES,
       as.metadata.name!,
       { metadata, status },
@@ -310,10 +311,13 @@ class AppServiceReconciler {
         type: "merge",
         fieldManager: FIELD_MANAGER,
         signal,
+        response: "metadata",
       },
     );
     this.#heldStepSince.delete(key);
-    if (got?.metadata?.resourceVersion) this.#written.note(key, as, got);
+    if (got?.metadata?.resourceVersion) {
+      this.#written.note(key, as, statusWritten(as, status, got.metadata));
+    }
     return undefined;
   }
 
@@ -401,6 +405,7 @@ class AppServiceReconciler {
           type: "merge",
           fieldManager: FIELD_MANAGER,
           signal: ctx.signal,
+          response: "none",
         },
       );
       ctx.logger.info(

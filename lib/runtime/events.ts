@@ -354,6 +354,7 @@ export class EventRecorder {
           await this.#client.patch(EVENTS, s.event.metadata!.name!, { series }, {
             namespace: s.namespace,
             type: "merge",
+            response: "none",
           });
           this.writes.patch++;
           s.written = count;
@@ -366,7 +367,7 @@ export class EventRecorder {
         }
       }
       const body = series ? { ...s.event, series } : s.event;
-      await this.#client.create(EVENTS, body);
+      await this.#client.create(EVENTS, body, { response: "none" });
       this.writes.create++;
       s.written = count;
       s.lastWriteMs = this.#clock.now();

@@ -80,7 +80,7 @@ export async function finalizer<T extends KubeObject>(
       await o.client.patch(o.resource, meta.name!, [
         { op: "test", path: `/metadata/finalizers/${idx}`, value: o.name },
         { op: "remove", path: `/metadata/finalizers/${idx}` },
-      ], patchOptions);
+      ], { ...patchOptions, response: "none" });
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
