@@ -25,6 +25,7 @@ import {
 import {
   CLUSTER_READY_TIMEOUT_MS,
   type ClusterInfo,
+  type Component,
   COMPONENTS,
   DEFAULT_APISERVER_DOWN_MS,
   DEFAULT_NODES,
@@ -225,6 +226,16 @@ export async function stopCluster(dirOrInfo: string | ClusterInfo): Promise<void
   if (survivors.length > 0) {
     throw new Error(`stopCluster(${dir}): processes survived SIGKILL: ${survivors.join(", ")}`);
   }
+}
+
+/**
+ * The components the control plane `info` runs, in start order: {@linkcode COMPONENTS} for
+ * `components: "full"` (also a `cluster.json` without the field), etcd and kube-apiserver for
+ * `"minimal"` (see {@linkcode ControlPlaneComponents}). A health check of a running plane checks
+ * these, not all of {@linkcode COMPONENTS}.
+ */
+export function componentsOf(info: Pick<ClusterInfo, "components">): readonly Component[] {
+  return (info.components ?? "full") === "full" ? COMPONENTS : ["etcd", "kube-apiserver"];
 }
 
 /**

@@ -6,8 +6,9 @@
 import { parseArgs } from "node:util";
 import { join, resolve } from "node:path";
 import { withApi } from "../../lib/testing/api.ts";
-import { type ClusterInfo, COMPONENTS, DEFAULT_NODES, WATCHDOG } from "../../lib/testing/config.ts";
+import { type ClusterInfo, DEFAULT_NODES, WATCHDOG } from "../../lib/testing/config.ts";
 import {
+  componentsOf,
   defaultClusterDir,
   readClusterInfo,
   startCluster,
@@ -63,6 +64,12 @@ export async function cli(args: string[]): Promise<number> {
           `# a cluster is already running in ${dir}: left as it is (${running.server}); ` +
             `deno task cluster:down${values.dir ? ` --dir ${dir}` : ""} stops it`,
         );
+        if (values.nodes !== undefined) {
+          console.log(
+            `# --nodes ${values.nodes} ignored: the running cluster keeps its Nodes ` +
+              "(cluster:down, then cluster:up --nodes N, to change them)",
+          );
+        }
         console.log(exportLines(running));
         return 0;
       }
@@ -113,9 +120,10 @@ export async function cli(args: string[]): Promise<number> {
 }
 
 /**
- * Whether the cluster recorded in `dir` is whole: every component and the watchdog alive (and this
- * cluster's, not a reused pid), and the apiserver's /readyz answering 200. `lines`: one per
- * process and one for /readyz, for `status`.
+ * Whether the cluster recorded in `dir` is whole: every component it was started with
+ * ({@linkcode componentsOf}: all five, or etcd and kube-apiserver for a minimal one) and the
+ * watchdog alive (and this cluster's, not a reused pid), and the apiserver's /readyz answering
+ * 200. `lines`: one per process and one for /readyz, for `status`.
  */
 async function health(
   dir: string,
@@ -123,7 +131,7 @@ async function health(
 ): Promise<{ healthy: boolean; lines: string[] }> {
   let healthy = true;
   const lines: string[] = [];
-  for (const name of [...COMPONENTS, WATCHDOG]) {
+  for (const name of [...componentsOf(info), WATCHDOG]) {
     const pid = (await readPidFile(join(dir, "run", `${name}.pid`))) ?? info.pids[name];
     const alive = pid !== undefined && isAlive(pid) && belongsTo(pid, dir);
     healthy &&= alive;
