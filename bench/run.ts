@@ -14,8 +14,11 @@
  *   another replica holds the Lease (its acquireTime).
  * - ceiling: a minimal client (lib/kube/client.ts) doing only the writes an AppService needs
  *   (add finalizer, create Pod, patch status) as fast as the apiserver takes them.
+ * - sharded (ours only, not by default): N AppServices by 1 replica and by 3 with `--shards 3`,
+ *   with the `ShardedListAndWatch` gate on (a control plane of its own) and off; converge time,
+ *   RSS per replica, the share still reconciled after SIGKILL of one (bench/lib/sharded.ts).
  *
- * Exits 1 only when a converge run does not converge (or the benchmark cannot run at all).
+ * Exits 1 only when a converge (or sharded) run does not converge (or the benchmark cannot run at all).
  * Every address is 127.0.0.1; every loop and wait is bounded.
  *
  * @module
@@ -50,6 +53,7 @@ import {
   USAGE,
 } from "./lib/options.ts";
 import { type BenchResults, versions } from "./lib/results.ts";
+import { shardedRuns } from "./lib/sharded.ts";
 import { markdown, plotConverge, writeDocsPlot } from "./lib/render.ts";
 
 async function main(): Promise<number> {
@@ -189,6 +193,11 @@ async function runScenarios(
         }
       }
       await dropNamespace(admin, "bench-failover", 4).catch(() => {});
+    }
+    if (o.scenarios.has("sharded") && o.operators.includes("ours")) {
+      results.sharded = [];
+      for (const n of o.sizes) results.sharded.push(...await shardedRuns(n, o, info, admin));
+      if (results.sharded.some((r) => !r.ok)) failed = true;
     }
   } finally {
     admin.close();

@@ -33,6 +33,8 @@ export interface OperatorSettings {
   retryPeriodSeconds?: number;
   /** Client-side QPS (0: none, the default of both). */
   kubeApiQps?: number;
+  /** Ours only: `--shards` (namespace shards, issue 30); unset: not sharded. */
+  shards?: number;
 }
 
 /** A running operator process. */
@@ -126,6 +128,7 @@ function flagsFor(s: OperatorSettings): string[] {
   ];
   if (s.watchNamespace) f.push(`--watch-namespace=${s.watchNamespace}`);
   if (s.kubeApiQps) f.push(`--kube-api-qps=${s.kubeApiQps}`);
+  if (s.shards) f.push(`--shards=${s.shards}`);
   if (s.leaderElect) {
     f.push(
       "--leader-elect=true",
@@ -147,7 +150,14 @@ function flagsFor(s: OperatorSettings): string[] {
 export async function startOperatorProcess(
   kind: OperatorKind,
   settings: OperatorSettings,
-  opts: { cacheDir: string; logDir: string; label: string; denoFlags?: string[] },
+  opts: {
+    cacheDir: string;
+    logDir: string;
+    label: string;
+    denoFlags?: string[];
+    /** `APPSERVICE_POD_NAME`: the start of its Lease identity (`<podName>_<8 hex>`). */
+    podName?: string;
+  },
 ): Promise<OperatorProcess> {
   const healthPort = freePort();
   const metricsPort = freePort();
@@ -183,6 +193,7 @@ export async function startOperatorProcess(
     args,
     env: {
       KUBECONFIG: "",
+      ...(opts.podName ? { APPSERVICE_POD_NAME: opts.podName } : {}),
       ...(debugPort ? { APPSERVICE_DEBUG_MEMORY_ADDRESS: `127.0.0.1:${debugPort}` } : {}),
     },
     stdin: "null",

@@ -55,7 +55,10 @@ export const USAGE = `usage: deno task bench [flags]
   --scenarios converge,failover,ceiling,memory
                                  converge includes steady state, memory and start-up;
                                  memory adds the breakdowns of ours (dependencies imported,
-                                 heap bytes per cached object)
+                                 heap bytes per cached object); sharded (not by default,
+                                 ours only): 1 replica vs 3 with --shards 3, with the
+                                 ShardedListAndWatch gate on (a control plane of its own)
+                                 and off
   --repeats 2                    converge runs per operator and size, alternating order; the
                                  first also measures steady state, memory and start-up; the
                                  table shows medians
@@ -112,7 +115,13 @@ export function parseBenchArgs(args: string[]): BenchOptions {
   const sizes = values.sizes.split(",").filter(Boolean).map((s) => intFlag("sizes", s, 1, 20_000));
   const operators = listFlag<OperatorKind>("operators", values.operators, ["ours", "peer"]);
   const scenarios = new Set(
-    listFlag("scenarios", values.scenarios, ["converge", "failover", "ceiling", "memory"]),
+    listFlag("scenarios", values.scenarios, [
+      "converge",
+      "failover",
+      "ceiling",
+      "memory",
+      "sharded",
+    ]),
   );
   return {
     sizes,

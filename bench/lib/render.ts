@@ -11,6 +11,7 @@ import type { MemorySample } from "./memory.ts";
 import { fmt, median, ratio, table } from "./report.ts";
 import type { BenchResults, ConvergeResult } from "./results.ts";
 import { IMPORT_PROBE_RUNS, STARTUP_SAMPLES } from "./options.ts";
+import { shardedMarkdown } from "./sharded.ts";
 
 /** The converge plot of the largest size, committed and shown in BENCHMARKS.md and README.md. */
 const DOCS_PLOT = "docs/converge.png";
@@ -472,6 +473,8 @@ export function markdown(r: BenchResults): string {
       : "",
     "",
     memoryMarkdown(r),
+    "",
+    shardedMarkdown(r.sharded),
     "",
     ...r.notes.map((n) => `- ${n}`),
     failed.length > 0 ? `\nFAILED: ${failed.join("; ")}` : "",

@@ -9,6 +9,7 @@ import type { OperatorKind } from "./operators.ts";
 import type { ImportCost, MemorySample } from "./memory.ts";
 import type { StoreProbeResult } from "../memory_probe.ts";
 import type { BenchOptions } from "./options.ts";
+import type { ShardedResult } from "./sharded.ts";
 
 /** One converge run (with its steady state, memory and restart). */
 export interface ConvergeResult {
@@ -100,6 +101,8 @@ export interface BenchResults {
   importCosts?: ImportCost[];
   /** Scenario memory: heap bytes per cached object, by kind and way of caching. */
   storeCosts?: { kind: string; results: StoreProbeResult[] }[];
+  /** Scenario sharded: one replica and 3 with `--shards 3`, gate on and off, per size. */
+  sharded?: ShardedResult[];
 }
 
 /** Versions the results were measured with: Deno, V8, the peer's controller-runtime, client-go and Go (from bench/peer/go.mod), Kubernetes. */

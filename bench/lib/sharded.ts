@@ -1,0 +1,354 @@
+/**
+ * Scenario `sharded` of `deno task bench` (issue 30): N AppServices run by one replica and by 3
+ * replicas with `--shards 3`, with kube-apiserver's `ShardedListAndWatch` gate on (a control plane
+ * of its own: the informers ask for `shardSelector`) and off (the benchmark's control plane: the
+ * informers filter on the client). Per run: converge time, RSS of each replica at idle after
+ * converging; for the 3 replicas, a failover: SIGKILL of one replica, then every AppService's spec
+ * is changed at once, and the share reconciled (observedGeneration caught up) before the killed
+ * replica's lease runs out is counted — the AppServices of the shards the others hold keep
+ * working, those of the killed one's shard wait for the takeover.
+ *
+ * Ours only (the peer has no sharding). Namespaces: 2 per shard, named by the shard contract
+ * (lib/runtime/shards.ts `shardOf`), the N AppServices spread over them evenly.
+ * @module
+ */
+import { join } from "node:path";
+import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
+import type { KubeClient } from "../../lib/kube/client.ts";
+import { LEASES } from "../../lib/kube/resources.ts";
+import type { AppService } from "../../lib/appservice/schema.ts";
+import { shardOf } from "../../lib/runtime/shards.ts";
+import { SHARD_SELECTOR_NOT_SERVED, SHARD_SELECTOR_SERVED } from "../../lib/runtime/shard_work.ts";
+import {
+  cacheDir,
+  type ClusterInfo,
+  startCluster,
+  stateDir,
+  stopCluster,
+} from "../../tests/cluster/cluster.ts";
+import {
+  AS_RESOURCE,
+  benchAppService,
+  benchClient,
+  createNamespace,
+  dropNamespace,
+  installCrd,
+  pool,
+  ReadyTracker,
+  sleep,
+  waitUntil,
+} from "./kube.ts";
+import { type OperatorProcess, type OperatorSettings, startOperatorProcess } from "./operators.ts";
+import { fmt, median, table } from "./report.ts";
+import { type BenchOptions, PODS_PER_NODE } from "./options.ts";
+import { BENCH_AGENT, log } from "./scenarios.ts";
+
+/** Shards and replicas of the sharded runs. */
+export const SHARDED_REPLICAS = 3;
+/** Namespaces per shard the AppServices are spread over. */
+const NAMESPACES_PER_SHARD = 2;
+/** Lease timings of the sharded runs (the failover scenario's): lease, renew deadline, retry. */
+const LEASE_S = 15;
+const RENEW_S = 10;
+const RETRY_S = 2;
+
+/** One sharded-scenario run. */
+export interface ShardedResult {
+  n: number;
+  /** Whether kube-apiserver had `ShardedListAndWatch` on (server-side shard selection). */
+  gate: boolean;
+  /** 1: one replica without shards; 3: three replicas with `--shards 3`. */
+  replicas: number;
+  /**
+   * How the replicas' informers select their shards, from their start-up lines: `server`
+   * (`shardSelector` served), `client` (filtered in the stores), `mixed`, or `unknown` (no line).
+   */
+  selection?: "server" | "client" | "mixed" | "unknown";
+  ok: boolean;
+  error?: string;
+  /** Seconds from the first create until all N were Ready. */
+  convergeSeconds?: number;
+  /** RSS of each replica at idle after converging, bytes. */
+  rssBytes?: number[];
+  /** Failover (3 replicas): SIGKILL of one, then every AppService changed. */
+  failover?: {
+    /** AppServices in the shards the killed replica held. */
+    inKilledShards: number;
+    /** Reconciled before the killed replica's lease ran out (from the kill), of N. */
+    reconciledBeforeExpiry: number;
+    /** Seconds from the kill until every change was reconciled. */
+    allReconciledSeconds?: number;
+  };
+}
+
+/** `count` namespace names `<prefix>-<i>` per shard of `shards` (the first found), flattened. */
+function namespacesFor(prefix: string, shards: number): string[] {
+  const per: string[][] = Array.from({ length: shards }, () => []);
+  for (let i = 0; i < 100_000 && per.some((p) => p.length < NAMESPACES_PER_SHARD); i++) {
+    const name = `${prefix}-${i}`;
+    const k = shardOf(name, shards);
+    if (per[k].length < NAMESPACES_PER_SHARD) per[k].push(name);
+  }
+  return per.flat();
+}
+
+/** Live shard holders from the Leases `<id>-shard-<k>`: identity prefix (Pod name) -> shards. */
+async function shardHolders(c: KubeClient, ns: string, id: string): Promise<Map<string, number[]>> {
+  const out = new Map<string, number[]>();
+  for (const l of (await c.list<Lease>(LEASES, { namespace: ns })).items) {
+    const m = new RegExp(`^${id}-shard-(\\d+)$`).exec(l.metadata?.name ?? "");
+    const h = l.spec?.holderIdentity ?? "";
+    if (!m || !h.includes("_") || h.startsWith("handover:")) continue;
+    const renewed = Date.parse(l.spec?.renewTime ?? "") || 0;
+    if (renewed + (l.spec?.leaseDurationSeconds ?? 0) * 1000 < Date.now()) continue;
+    const pod = h.slice(0, h.lastIndexOf("_"));
+    out.set(pod, [...out.get(pod) ?? [], Number(m[1])]);
+  }
+  return out;
+}
+
+/** The shard selection the replicas' start-up lines report (their log files). */
+async function selectionOf(procs: OperatorProcess[]): Promise<ShardedResult["selection"]> {
+  const modes = new Set<string>();
+  for (const p of procs) {
+    const text = await Deno.readTextFile(p.logFile).catch(() => "");
+    if (text.includes(SHARD_SELECTOR_SERVED)) modes.add("server");
+    else if (text.includes(SHARD_SELECTOR_NOT_SERVED)) modes.add("client");
+    else modes.add("unknown");
+  }
+  if (modes.size > 1) return "mixed";
+  return [...modes][0] as ShardedResult["selection"];
+}
+
+/** Scenario sharded for size `n`: gate on (a control plane of its own) and off (`info`'s). */
+export async function shardedRuns(
+  n: number,
+  o: BenchOptions,
+  info: ClusterInfo,
+  admin: KubeClient,
+): Promise<ShardedResult[]> {
+  const out: ShardedResult[] = [];
+  const dir = join(stateDir(), "bench-sharded-cluster");
+  log("sharded: starting a control plane with ShardedListAndWatch on", { dir });
+  const gated = await startCluster({
+    dir,
+    nodes: Math.max(3, Math.ceil(n / PODS_PER_NODE) + 1),
+    featureGates: { ShardedListAndWatch: true },
+  });
+  const gatedAdmin = benchClient(gated.kubeconfig, `${BENCH_AGENT}0.1.0`);
+  try {
+    await installCrd(gatedAdmin);
+    for (const replicas of [1, SHARDED_REPLICAS]) {
+      out.push(await shardedRun(n, true, replicas, o, gated, gatedAdmin));
+    }
+  } finally {
+    gatedAdmin.close();
+    log("sharded: stopping the gated control plane");
+    await stopCluster(dir).catch((err) => log("stop failed", { error: String(err) }));
+  }
+  for (const replicas of [1, SHARDED_REPLICAS]) {
+    out.push(await shardedRun(n, false, replicas, o, info, admin));
+  }
+  return out;
+}
+
+/** One run: `replicas` replicas (3: `--shards 3`) converge `n` AppServices; with 3, a failover. */
+async function shardedRun(
+  n: number,
+  gate: boolean,
+  replicas: number,
+  o: BenchOptions,
+  info: ClusterInfo,
+  admin: KubeClient,
+): Promise<ShardedResult> {
+  const res: ShardedResult = { n, gate, replicas, ok: false };
+  const tag = `${gate ? "on" : "off"}-${replicas}`;
+  const namespaces = namespacesFor(`bench-sharded-${tag}`, SHARDED_REPLICAS);
+  const leNs = `bench-sharded-le-${tag}`;
+  const leaseId = `bench-sharded-${tag}`;
+  const procs: OperatorProcess[] = [];
+  const trackers: ReadyTracker[] = [];
+  try {
+    for (const ns of [...namespaces, leNs]) await createNamespace(admin, ns);
+    for (const ns of namespaces) trackers.push(new ReadyTracker(admin, ns));
+    for (const t of trackers) await t.synced();
+    const settings: OperatorSettings = {
+      kubeconfig: info.kubeconfig,
+      maxConcurrentReconciles: o.maxConcurrentReconciles,
+      watchNamespace: namespaces.join(","),
+      ...(replicas > 1
+        ? {
+          leaderElect: true,
+          leaderElectionNamespace: leNs,
+          leaderElectionId: leaseId,
+          leaseDurationSeconds: LEASE_S,
+          renewDeadlineSeconds: RENEW_S,
+          retryPeriodSeconds: RETRY_S,
+          shards: SHARDED_REPLICAS,
+        }
+        : {}),
+    };
+    for (let i = 0; i < replicas; i++) {
+      procs.push(
+        await startOperatorProcess("ours", settings, {
+          cacheDir: cacheDir(),
+          logDir: join(o.resultsDir, "logs"),
+          label: `sharded-${tag}-${n}-${i}`,
+          denoFlags: o.oursDenoFlags,
+          podName: `replica-${i}`,
+        }),
+      );
+    }
+    for (const p of procs) await p.waitReady(120_000);
+    if (replicas > 1) {
+      await waitUntil(
+        "one shard per replica",
+        async () => {
+          const m = await shardHolders(admin, leNs, leaseId);
+          return m.size === replicas && [...m.values()].every((ks) => ks.length === 1);
+        },
+        120_000,
+        200,
+      );
+    }
+    log("sharded: creating", { n, gate, replicas });
+    const t0 = Date.now();
+    await pool(n, o.createConcurrency, async (i) => {
+      const ns = namespaces[i % namespaces.length];
+      await admin.create<AppService>(AS_RESOURCE, benchAppService(ns, i));
+    });
+    const share = (k: number) =>
+      Math.floor(n / namespaces.length) + (k < n % namespaces.length ? 1 : 0);
+    const deadline = Date.now() + o.convergeTimeoutSeconds * 1000;
+    for (const [k, t] of trackers.entries()) {
+      if (!await t.waitReady(share(k), Math.max(0, deadline - Date.now()))) {
+        res.error = `namespace ${namespaces[k]}: ${t.ready}/${share(k)} Ready after ` +
+          `${o.convergeTimeoutSeconds} s`;
+        return res;
+      }
+    }
+    res.convergeSeconds = (Date.now() - t0) / 1000;
+    log("sharded: all Ready", { n, gate, replicas, seconds: res.convergeSeconds });
+    await sleep(o.settleSeconds * 1000);
+    res.rssBytes = procs.map((p) => p.sample()?.rssBytes ?? NaN);
+    if (replicas > 1) res.selection = await selectionOf(procs);
+    if (replicas > 1) res.failover = await failover(n, namespaces, leNs, leaseId, procs, admin);
+    res.ok = true;
+    return res;
+  } catch (err) {
+    res.error = err instanceof Error ? err.message : String(err);
+    log("sharded: error", { n, gate, replicas, error: res.error });
+    return res;
+  } finally {
+    for (const t of trackers) t.stop();
+    await Promise.all(procs.map((p) => p.stop("SIGTERM")));
+    for (const ns of [...namespaces, leNs]) {
+      await dropNamespace(admin, ns, o.createConcurrency).catch((err) =>
+        log("cleanup failed", { namespace: ns, error: String(err) })
+      );
+    }
+  }
+}
+
+/**
+ * SIGKILL of replica 0, then every AppService's spec changed at once; counts those whose
+ * observedGeneration caught up before the lease duration (from the kill) ran out, and the time
+ * until all did.
+ */
+async function failover(
+  n: number,
+  namespaces: string[],
+  leNs: string,
+  leaseId: string,
+  procs: OperatorProcess[],
+  admin: KubeClient,
+): Promise<ShardedResult["failover"]> {
+  const held = await shardHolders(admin, leNs, leaseId);
+  const killedShards = held.get("replica-0") ?? [];
+  const inKilled = new Set(
+    namespaces.filter((ns) => killedShards.includes(shardOf(ns, SHARDED_REPLICAS))),
+  );
+  const all: AppService[] = [];
+  for (const ns of namespaces) {
+    all.push(...(await admin.listAll<AppService>(AS_RESOURCE, { namespace: ns })).items);
+  }
+  await procs[0].stop("SIGKILL");
+  const killedAt = Date.now();
+  log("sharded: killed replica-0", { shards: killedShards });
+  const want = new Map<string, number>();
+  await pool(all.length, 16, async (i) => {
+    const a = all[i];
+    const got = await admin.patch<AppService>(AS_RESOURCE, a.metadata.name!, {
+      spec: { progressDeadlineSeconds: 601 },
+    }, { namespace: a.metadata.namespace });
+    want.set(`${a.metadata.namespace}/${a.metadata.name}`, got.metadata.generation ?? 0);
+  });
+  const caught = async () => {
+    let count = 0;
+    for (const ns of namespaces) {
+      for (const a of (await admin.listAll<AppService>(AS_RESOURCE, { namespace: ns })).items) {
+        const key = `${ns}/${a.metadata.name}`;
+        if ((a.status?.observedGeneration ?? 0) >= (want.get(key) ?? Infinity)) count++;
+      }
+    }
+    return count;
+  };
+  await sleep(Math.max(0, killedAt + LEASE_S * 1000 - 500 - Date.now()));
+  const reconciledBeforeExpiry = await caught();
+  let allReconciledSeconds: number | undefined;
+  await waitUntil(
+    "every change reconciled",
+    async () => {
+      if (await caught() < n) return false;
+      allReconciledSeconds = (Date.now() - killedAt) / 1000;
+      return true;
+    },
+    180_000,
+    500,
+  ).catch((err) => log("sharded: not all reconciled", { error: String(err) }));
+  return {
+    inKilledShards: all.filter((a) => inKilled.has(a.metadata.namespace!)).length,
+    reconciledBeforeExpiry,
+    allReconciledSeconds,
+  };
+}
+
+/** The markdown of the sharded runs (empty without any). */
+export function shardedMarkdown(results: ShardedResult[] | undefined): string {
+  if (!results?.length) return "";
+  const mib = (b: number) => fmt(b / 2 ** 20, 1);
+  const rows = results.map((r) => [
+    r.n,
+    r.gate ? "on" : "off",
+    r.replicas === 1 ? "1" : `${r.replicas}, --shards ${SHARDED_REPLICAS}`,
+    r.selection ? `${r.selection}-side` : "–",
+    r.ok ? fmt(r.convergeSeconds, 1) : "failed",
+    r.rssBytes?.length
+      ? (r.replicas === 1 ? mib(r.rssBytes[0]) : `${mib(median(r.rssBytes))} (median)`)
+      : "–",
+    r.failover
+      ? `${r.failover.reconciledBeforeExpiry}/${r.n} (${
+        r.n - r.failover.inKilledShards
+      } outside the killed shard)`
+      : "–",
+    r.failover?.allReconciledSeconds !== undefined ? fmt(r.failover.allReconciledSeconds, 1) : "–",
+  ]);
+  return [
+    `Sharded (ours; lease ${LEASE_S} s / renew ${RENEW_S} s / retry ${RETRY_S} s; AppServices over ` +
+    `${SHARDED_REPLICAS * NAMESPACES_PER_SHARD} namespaces, ${NAMESPACES_PER_SHARD} per shard):`,
+    "",
+    table(
+      [
+        "N",
+        "ShardedListAndWatch",
+        "replicas",
+        "shard selection (start-up line)",
+        "converge s",
+        "RSS MiB per replica",
+        "after SIGKILL of one: reconciled before its lease ran out",
+        "all reconciled, s after the kill",
+      ],
+      rows,
+    ),
+  ].join("\n");
+}
