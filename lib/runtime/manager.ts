@@ -75,7 +75,7 @@ export type { InformerOptions } from "./informers.ts";
 function newShardingRuntime(): ShardingRuntime {
   let resolve!: (m: "server" | "client") => void;
   const mode = new Promise<"server" | "client">((r) => resolve = r);
-  return { mode, setMode: resolve, reflectors: [], resources: [] };
+  return { mode, setMode: resolve, reflectors: [], targets: [] };
 }
 
 /**
@@ -376,7 +376,7 @@ export class Manager {
           this.#plainReflector(resource, store, namespace, opts, shardSelector),
       });
       this.#sharding.reflectors.push(sharded as unknown as ShardReflector<KubeObject>);
-      this.#sharding.resources.push(resource);
+      this.#sharding.targets.push({ resource, namespace });
       return sharded;
     }
     return this.#plainReflector(resource, store, namespace, opts);

@@ -222,6 +222,15 @@ export class ShardElector {
     const byName = new Map(list.items.map((l) => [l.metadata?.name ?? "", l]));
     this.#live = this.#countLive(list.items, now);
     const fair = fairShare(o.shards, this.#live);
+    // Every round observes every shard's Lease, held elsewhere or not: a Lease runs out a lease
+    // duration after its record was first seen unchanged, so it must be watched before this
+    // replica needs it (e.g. while a dead member still counts as live).
+    const nextTry = new Map<number, number>();
+    for (const s of this.#shards) {
+      if (!s.holding) {
+        nextTry.set(s.k, s.elector.observeLease(byName.get(shardLeaseName(o.id, s.k))));
+      }
+    }
     const held = this.held();
     if (held.length > fair) {
       // Give back the highest shards above the fair share, one round at a time.
@@ -237,7 +246,7 @@ export class ShardElector {
       const s = this.#shards[k];
       if (s.holding) continue;
       const lease = byName.get(shardLeaseName(o.id, k));
-      if (s.elector.observeLease(lease) > now) continue;
+      if ((nextTry.get(k) ?? Infinity) > now) continue;
       const previous = lease?.spec?.holderIdentity ?? "";
       if (await s.elector.tryAcquireOrRenew(attempt())) {
         count++;

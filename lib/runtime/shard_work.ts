@@ -28,31 +28,51 @@ export const SHARD_SELECTOR_NOT_SERVED = "not served: filtering client-side";
 /** Interval (ms) of the `<prefix>_shard_queue_depth` gauge's update. */
 export const SHARD_QUEUE_DEPTH_INTERVAL_MS = 1_000;
 
+/** What {@link detectShardMode} found. */
+export interface ShardModeProbe {
+  /** `server` when any probed list applied the selector. */
+  mode: ShardMode;
+  /** Resources (plural, with `/namespace` when probed in one) whose list applied it. */
+  served: string[];
+  /** Those whose list did not. */
+  notServed: string[];
+  /** The last probe's error, when a probe failed. */
+  error?: string;
+}
+
 /**
  * Whether the apiserver serves `shardSelector` on lists (the `ShardedListAndWatch` feature
- * gate): a list with `limit=1` and a selector answers `metadata.shardInfo` when it does. Tries
- * each resource in turn; `client` when none answers.
+ * gate): a list with `limit=1` and a selector answers `metadata.shardInfo` when it does. Probes
+ * each target once (its namespace when the informer watches one: a replica may only be allowed
+ * to list there); `server` when any answered with it. The stores filter in either mode, so a
+ * resource that ignores the selector stays correct.
  */
 export async function detectShardMode(
   client: KubeClient,
-  resources: ResourceType[],
+  targets: { resource: ResourceType; namespace?: string }[],
   n: number,
   signal?: AbortSignal,
-): Promise<{ mode: ShardMode; error?: string }> {
-  let error: string | undefined;
-  for (const resource of resources) {
+): Promise<ShardModeProbe> {
+  const out: ShardModeProbe = { mode: "client", served: [], notServed: [] };
+  const seen = new Set<string>();
+  for (const { resource, namespace } of targets) {
+    const name = namespace ? `${resource.plural}/${namespace}` : resource.plural;
+    if (seen.has(name)) continue;
+    seen.add(name);
     try {
       const list = await client.list<KubeObject>(resource, {
+        namespace,
         limit: 1,
         shardSelector: shardSelector([0], n),
         signal,
       });
-      return { mode: list.metadata?.shardInfo ? "server" : "client" };
+      (list.metadata?.shardInfo ? out.served : out.notServed).push(name);
     } catch (err) {
-      error = errorText(err);
+      out.error = errorText(err);
     }
   }
-  return { mode: "client", error };
+  if (out.served.length > 0) out.mode = "server";
+  return out;
 }
 
 /** Options of {@link ShardWork}. */
@@ -175,8 +195,8 @@ export interface ShardingRuntime {
   setMode: (m: ShardMode) => void;
   /** The sharded informers' reflectors (made by the manager's reflector factory). */
   reflectors: ShardReflector<KubeObject>[];
-  /** Their resources, for the start-up probe of the mode. */
-  resources: ResourceType[];
+  /** Their resources and namespaces, for the start-up probe of the mode. */
+  targets: { resource: ResourceType; namespace?: string }[];
 }
 
 /** Options of {@link shardingRunnables}: the manager's, resolved. */
@@ -235,9 +255,10 @@ export function shardingRunnables(o: ShardingRunnablesOptions): {
   const mode: Runnable = {
     name: "shard-mode",
     start: (signal) => {
-      detectShardMode(o.client, o.runtime.resources, o.shards, signal).then((r) => {
-        if (r.mode === "server") o.log.info(SHARD_SELECTOR_SERVED, { shards: o.shards });
-        else o.log.info(SHARD_SELECTOR_NOT_SERVED, { shards: o.shards, error: r.error });
+      detectShardMode(o.client, o.runtime.targets, o.shards, signal).then((r) => {
+        const fields = { shards: o.shards, served: r.served, notServed: r.notServed };
+        if (r.mode === "server") o.log.info(SHARD_SELECTOR_SERVED, fields);
+        else o.log.info(SHARD_SELECTOR_NOT_SERVED, { ...fields, error: r.error });
         o.runtime.setMode(r.mode);
       });
     },
