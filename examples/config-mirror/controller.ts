@@ -19,6 +19,15 @@
  * - An ownerReference cannot point to another namespace, so the copies carry the label
  *   {@link UID_LABEL} (the ConfigMirror's uid) and the finalizer {@link FINALIZER} deletes them,
  *   as the garbage collector would delete owned objects.
+ * - What the apiserver assigns is not copied: `metadata` (uid, resourceVersion,
+ *   creationTimestamp, generation, managedFields, ownerReferences, ...) and `status` are not
+ *   content, and the fields it allocates inside the content ({@link serverAssigned}: a Service's
+ *   `spec.clusterIP(s)`, node ports) are left out of the copy and keep the copy's own values, so
+ *   that a copy neither collides with the source's allocation nor differs from it at every
+ *   resync.
+ * - Each copy is written with an optimistic lock ({@link writeCopy}): the patch carries the
+ *   resourceVersion read, and a 409 (the copy changed, or was created, in between) reads it again
+ *   and writes once more, a bounded number of times.
  * - An object in a target namespace that this ConfigMirror did not make is left alone, and a
  *   copy the apiserver refuses (e.g. no such namespace) is not retried before the next resync:
  *   Ready False, `CopyFailed`, each named in the message. The copies stay as they are while the
@@ -29,9 +38,12 @@
 import {
   ApiError,
   DynamicClient,
+  isAlreadyExists,
+  isConflict,
   isNoKindMatch,
   isNotFound,
   type KindRef,
+  type KubeClient,
   type KubeObject,
   type ResourceType,
 } from "../../lib/kube/mod.ts";
@@ -90,28 +102,131 @@ export function contentOf(obj: KubeObject): Record<string, unknown> {
   return Object.fromEntries(Object.entries(obj).filter(([k]) => !NOT_CONTENT.has(k)));
 }
 
+/** A JSON object as the apiserver sends it. */
+type Json = Record<string, unknown>;
+
+/**
+ * The fields the apiserver allocates inside an object's content, for the kinds that have them (by
+ * `apiVersion` and `kind`; Kubernetes API reference): for a core/v1 Service,
+ * `spec.clusterIP` and `spec.clusterIPs` (unless `None`: a headless Service, the owner's
+ * choice), `spec.healthCheckNodePort` and each `spec.ports[].nodePort`, allocated once per
+ * cluster: a copy that asks for the source's is refused (already allocated), and a copy's own
+ * never equals the source's. `take(content)` removes them from a copy of the content (returned);
+ * `keep(content, live)` puts back into `content` those `live` (the copy as read) has.
+ */
+export const serverAssigned: Record<string, {
+  take(content: Json): Json;
+  keep(content: Json, live: Json): void;
+}> = {
+  "v1/Service": {
+    take(content) {
+      const out = structuredClone(content);
+      const spec = out.spec as Json | undefined;
+      if (!spec) return out;
+      if (spec.clusterIP !== "None") {
+        delete spec.clusterIP;
+        delete spec.clusterIPs;
+      }
+      delete spec.healthCheckNodePort;
+      for (const port of (spec.ports ?? []) as Json[]) delete port.nodePort;
+      return out;
+    },
+    keep(content, live) {
+      const spec = content.spec as Json | undefined;
+      const was = live.spec as Json | undefined;
+      if (!spec || !was) return;
+      for (const k of ["clusterIP", "clusterIPs", "healthCheckNodePort"]) {
+        if (spec[k] === undefined && was[k] !== undefined) spec[k] = was[k];
+      }
+      const same = (a: Json, b: Json) =>
+        a.port === b.port && (a.protocol ?? "TCP") === (b.protocol ?? "TCP");
+      for (const port of (spec.ports ?? []) as Json[]) {
+        const before = ((was.ports ?? []) as Json[]).find((p) => same(p, port));
+        if (port.nodePort === undefined && before?.nodePort !== undefined) {
+          port.nodePort = before.nodePort;
+        }
+      }
+    },
+  },
+};
+
+/**
+ * What a copy of `obj`, of `type` (list items carry no `apiVersion` and `kind`), holds: its
+ * content ({@link contentOf}) without what the apiserver assigns ({@link serverAssigned}). Two
+ * objects are in sync when theirs are equal.
+ */
+export function copiedContent(
+  obj: KubeObject,
+  type: Pick<ResourceType, "apiVersion" | "kind">,
+): Json {
+  const content = contentOf(obj);
+  return serverAssigned[`${type.apiVersion}/${type.kind}`]?.take(content) ?? content;
+}
+
 /** A target object this ConfigMirror did not make (thrown before anything is written). */
 class TargetConflict extends Error {}
 
 /**
- * The `createOrPatch` mutation that makes `obj` a copy of `source` by the ConfigMirror `uid`: its
- * content replaced by the source's, its labels set. @throws TargetConflict for an existing object
- * without that ConfigMirror's label.
+ * The `createOrPatch` mutation that makes `obj` a copy of `source` (of `type`) by the ConfigMirror
+ * `uid`: its content replaced by the source's {@link copiedContent}, the fields the apiserver
+ * assigned to `obj` kept, its labels set. @throws TargetConflict for an existing object without
+ * that ConfigMirror's label.
  */
-function copyFrom(source: KubeObject, uid: string): (obj: KubeObject) => void {
+function copyFrom(
+  source: KubeObject,
+  type: ResourceType,
+  uid: string,
+): (obj: KubeObject) => void {
+  const content = copiedContent(source, type);
+  const assigned = serverAssigned[`${type.apiVersion}/${type.kind}`];
   return (obj) => {
     const meta = obj.metadata!;
     if (meta.uid && meta.labels?.[UID_LABEL] !== uid) {
       throw new TargetConflict(`${meta.namespace}: ${obj.kind} ${meta.name} was not made by it`);
     }
-    for (const k of Object.keys(contentOf(obj))) delete (obj as Record<string, unknown>)[k];
-    Object.assign(obj, contentOf(source));
+    const live = contentOf(obj);
+    for (const k of Object.keys(live)) delete (obj as Json)[k];
+    Object.assign(obj, structuredClone(content));
+    assigned?.keep(obj as Json, live);
     meta.labels = {
       ...meta.labels,
       [UID_LABEL]: uid,
       "app.kubernetes.io/managed-by": FIELD_MANAGER,
     };
   };
+}
+
+/** How many times {@link writeCopy} writes at most (the first, and again after each 409). */
+export const MAX_COPY_WRITES = 3;
+
+/**
+ * Makes the object `key` names what `mutate` makes of it (`createOrPatch`, which reads it first)
+ * under an optimistic lock: the patch carries the resourceVersion read (`optimisticLock`), so a
+ * change made between the read and the write is answered 409 Conflict instead of being
+ * overwritten or left beside the patch; then, as after a 409 AlreadyExists (created in between),
+ * it reads and writes again, at most {@link MAX_COPY_WRITES} writes in all (controller-runtime's
+ * `retry.RetryOnConflict` does the same, k8s.io/client-go/util/retry).
+ * @returns what the last write did (`created`, `patched`, `unchanged`)
+ * @throws the last 409 when every write met one; what `createOrPatch` throws otherwise
+ */
+export async function writeCopy<T extends KubeObject>(
+  client: KubeClient,
+  type: ResourceType,
+  key: { name: string; namespace: string },
+  mutate: (obj: T) => void | Promise<void>,
+  signal?: AbortSignal,
+): Promise<string> {
+  for (let write = 1;; write++) {
+    try {
+      return await createOrPatch(client, type, key, mutate, {
+        fieldManager: FIELD_MANAGER,
+        optimisticLock: true,
+        signal,
+      });
+    } catch (err) {
+      if (!(isConflict(err) || isAlreadyExists(err)) || write >= MAX_COPY_WRITES) throw err;
+    }
+  }
 }
 
 /** What a sync found, for the status: Ready is True only for `Synced`. */
@@ -171,20 +286,19 @@ export function addConfigMirrorController(manager: Manager, o: ConfigMirrorOptio
     for (const copy of copies) {
       if (!targetNamespaces.includes(copy.metadata!.namespace!)) await remove(ref, copy, signal);
     }
-    const mutate = copyFrom(source, m.metadata!.uid!);
+    const mutate = copyFrom(source, type, m.metadata!.uid!);
     const failed: string[] = [];
     for (const namespace of targetNamespaces) {
       const copy = copies.find((c) => c.metadata!.namespace === namespace);
-      if (copy && jsonEqual(contentOf(copy), contentOf(source))) continue; // in sync: no write
+      if (copy && jsonEqual(copiedContent(copy, type), copiedContent(source, type))) continue; // in sync
       try {
         // Reads the target, then creates it or patches only what differs from the source.
-        const result = await createOrPatch(client, type, { name: ref.name, namespace }, mutate, {
-          fieldManager: FIELD_MANAGER,
-          signal,
-        });
+        const result = await writeCopy(client, type, { name: ref.name, namespace }, mutate, signal);
         logger.info(`Copy ${result}`, { target: namespace });
       } catch (err) {
-        // The apiserver's refusal (e.g. no such namespace) is reported; the others are retried.
+        // The apiserver's refusal (e.g. no such namespace) is reported; the others (a 409 on
+        // every write among them) are retried.
+        if (isConflict(err) || isAlreadyExists(err)) throw err;
         if (!(err instanceof TargetConflict || err instanceof ApiError)) throw err;
         failed.push(err instanceof ApiError ? `${namespace}: ${err.message}` : err.message);
       }

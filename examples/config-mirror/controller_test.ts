@@ -6,17 +6,21 @@
  * every {@link RESYNC_MS}. Checked through the apiserver: a ConfigMap copied into two namespaces
  * with Ready and observedGeneration, a source change followed, a hand edit put back by the
  * controller, no write while nothing changes, a namespace taken off the list losing its copy, the
- * source immutable, an object of the same name the controller did not make left alone, a source of a CRD kind installed during the test found through discovery, and
- * the copies deleted by the finalizer. Each convergence within {@link CONVERGE_MS}.
+ * source immutable, an object of the same name the controller did not make left alone, a Service
+ * copied without the clusterIP and node port the apiserver allocated to the source (and no write
+ * at resync), a copy changed between read and write met by a 409 and written again, a source of a
+ * CRD kind installed during the test found through discovery, and the copies deleted by the
+ * finalizer. Each convergence within {@link CONVERGE_MS}.
  *
  * Run alone: `deno test -A examples/config-mirror/controller_test.ts`; `deno task test` runs it
  * with the rest of the suite.
  */
 import { deepStrictEqual, ok, rejects } from "node:assert/strict";
-import type { ConfigMap, Namespace } from "kubernetes-types/core/v1.d.ts";
+import type { ConfigMap, Namespace, Service } from "kubernetes-types/core/v1.d.ts";
 import {
   CONFIGMAPS,
   DynamicClient,
+  isConflict,
   isInvalid,
   isNotFound,
   type KindRef,
@@ -24,6 +28,7 @@ import {
   type KubeObject,
   loadClusterConfig,
   NAMESPACES,
+  type ResourceType,
 } from "../../lib/kube/mod.ts";
 import { findStatusCondition, Manager } from "../../lib/runtime/mod.ts";
 import { startControlPlane } from "../../lib/testing/mod.ts";
@@ -32,8 +37,18 @@ import {
   CONFIG_MIRRORS,
   type ConfigMirror,
   FINALIZER,
+  MAX_COPY_WRITES,
   UID_LABEL,
+  writeCopy,
 } from "./controller.ts";
+
+/** Core v1 Services (not among ./kube's constants). */
+const SERVICES: ResourceType = {
+  apiVersion: "v1",
+  kind: "Service",
+  plural: "services",
+  namespaced: true,
+};
 
 /** The controller's resync period in this test (ms). */
 const RESYNC_MS = 300;
@@ -114,6 +129,30 @@ Deno.test("config-mirror on ./testing: copies of any kind kept in sync", async (
       return copies.every((d) => JSON.stringify(d) === JSON.stringify(data)) ? copies : undefined;
     });
 
+  /** Creates ConfigMirror `name` in HOME copying `source` (an object of HOME) into `targets`. */
+  const createMirror = (name: string, source: ConfigMirror["spec"]["source"], targets: string[]) =>
+    admin.create<ConfigMirror>(CONFIG_MIRRORS, {
+      apiVersion: CONFIG_MIRRORS.apiVersion,
+      kind: CONFIG_MIRRORS.kind,
+      metadata: { name, namespace: HOME },
+      spec: { source, targetNamespaces: targets },
+    });
+  /**
+   * Over six resyncs: no write of the controller (asserted), and (the positive control) its list
+   * of `resource`, which shows that it did resync meanwhile.
+   */
+  const noWritesOverResyncs = async (resource: string) => {
+    const since = Date.now();
+    await new Promise((r) => setTimeout(r, 6 * RESYNC_MS));
+    const events = await plane.auditEvents({ sinceMs: since, username: CONTROLLER_USER });
+    const writes = events.filter((e) => !["get", "list", "watch"].includes(e.verb));
+    deepStrictEqual(writes.map((e) => `${e.verb} ${e.requestURI}`), []);
+    ok(
+      events.some((e) => e.verb === "list" && e.objectRef?.resource === resource),
+      `the controller did not list ${resource} in that time`,
+    );
+  };
+
   let stop: AbortController | undefined;
   let run: Promise<number> | undefined;
   let client: KubeClient | undefined;
@@ -131,25 +170,25 @@ Deno.test("config-mirror on ./testing: copies of any kind kept in sync", async (
     });
 
     await t.step("a ConfigMap is copied into two namespaces; Ready", async () => {
-      await admin.create<ConfigMap>(CONFIGMAPS, {
-        metadata: { name: "app", namespace: HOME },
+      const home = await admin.get<Namespace>(NAMESPACES, HOME);
+      const owner = { apiVersion: "v1", kind: "Namespace", name: HOME, uid: home.metadata!.uid! };
+      const source = await admin.create<ConfigMap>(CONFIGMAPS, {
+        metadata: { name: "app", namespace: HOME, ownerReferences: [owner] },
         data: { level: "info" },
       });
-      await admin.create<ConfigMirror>(CONFIG_MIRRORS, {
-        apiVersion: CONFIG_MIRRORS.apiVersion,
-        kind: CONFIG_MIRRORS.kind,
-        metadata: { name: "app", namespace: HOME },
-        spec: {
-          source: { apiVersion: "v1", kind: "ConfigMap", name: "app" },
-          targetNamespaces: [TEAM_A, TEAM_B],
-        },
-      });
+      await createMirror("app", { apiVersion: "v1", kind: "ConfigMap", name: "app" }, [
+        TEAM_A,
+        TEAM_B,
+      ]);
       await copiesEqual({ level: "info" });
       const m = await readyFor("app", "True", "Synced");
       deepStrictEqual([m.metadata?.generation, m.status?.synced], [1, 2]);
       deepStrictEqual(m.metadata?.finalizers, [FINALIZER]);
       const copy = await admin.get<ConfigMap>(CONFIGMAPS, "app", { namespace: TEAM_A });
       deepStrictEqual(copy.metadata?.labels?.[UID_LABEL], m.metadata?.uid);
+      // What the apiserver assigned to the source is not copied: the copy has its own.
+      ok(copy.metadata?.uid && copy.metadata.uid !== source.metadata?.uid);
+      deepStrictEqual(copy.metadata?.ownerReferences, undefined);
     });
 
     await t.step("a change of the source reaches both copies", async () => {
@@ -174,12 +213,7 @@ Deno.test("config-mirror on ./testing: copies of any kind kept in sync", async (
     });
 
     await t.step("with nothing changed, resyncs write nothing", async () => {
-      const since = Date.now();
-      await new Promise((r) => setTimeout(r, 6 * RESYNC_MS));
-      const events = await plane.auditEvents({ sinceMs: since, username: CONTROLLER_USER });
-      const writes = events.filter((e) => !["get", "list", "watch"].includes(e.verb));
-      deepStrictEqual(writes.map((e) => `${e.verb} ${e.requestURI}`), []);
-      ok(events.some((e) => e.verb === "list"), "the controller did not read in that time");
+      await noWritesOverResyncs("configmaps");
     });
 
     await t.step("a target taken off the list loses its copy; observedGeneration 2", async () => {
@@ -212,16 +246,115 @@ Deno.test("config-mirror on ./testing: copies of any kind kept in sync", async (
       await readyFor("app", "True", "Synced");
     });
 
+    await t.step(
+      "a Service is copied without what the apiserver allocated; no write at resync",
+      async () => {
+        const source = await admin.create<Service & KubeObject>(SERVICES, {
+          metadata: { name: "web", namespace: HOME },
+          spec: {
+            type: "NodePort",
+            selector: { app: "web" },
+            ports: [{ name: "http", port: 80, targetPort: 8080 }],
+          },
+        });
+        ok(source.spec?.clusterIP && source.spec.ports?.[0].nodePort, "nothing was allocated");
+        await createMirror("svc", { apiVersion: "v1", kind: "Service", name: "web" }, [
+          TEAM_A,
+          TEAM_B,
+        ]);
+        const m = await readyFor("svc", "True", "Synced");
+        deepStrictEqual(m.status?.synced, 2);
+        const copies: (Service & KubeObject)[] = [];
+        for (const ns of [TEAM_A, TEAM_B]) {
+          const copy = await admin.get<Service & KubeObject>(SERVICES, "web", { namespace: ns });
+          copies.push(copy);
+          deepStrictEqual(copy.spec?.selector, source.spec?.selector);
+          deepStrictEqual(copy.spec?.ports?.map((p) => [p.name, p.port, p.targetPort]), [[
+            "http",
+            80,
+            8080,
+          ]]);
+          ok(copy.spec?.clusterIP && copy.spec.clusterIP !== source.spec?.clusterIP);
+          ok(copy.spec?.ports?.[0].nodePort !== source.spec?.ports?.[0].nodePort);
+          deepStrictEqual(copy.metadata?.ownerReferences, undefined);
+        }
+        // In sync although each copy has its own allocation: resyncs write nothing.
+        await noWritesOverResyncs("services");
+        // A hand edit is put back; the copy keeps its own clusterIP and node port.
+        await admin.patch(SERVICES, "web", { spec: { selector: { app: "other" } } }, {
+          namespace: TEAM_A,
+        });
+        const restored = await until("the Service copy put back", async () => {
+          const c = await admin.get<Service & KubeObject>(SERVICES, "web", { namespace: TEAM_A });
+          return c.spec?.selector?.app === "web" ? c : undefined;
+        });
+        deepStrictEqual(
+          [restored.spec?.clusterIP, restored.spec?.ports?.[0].nodePort],
+          [copies[0].spec?.clusterIP, copies[0].spec?.ports?.[0].nodePort],
+        );
+        await admin.delete(CONFIG_MIRRORS, "svc", { namespace: HOME });
+        for (const ns of [TEAM_A, TEAM_B]) {
+          await until(
+            `Service copy in ${ns} deleted`,
+            async () => (await find(dynamic, SERVICES, "web", ns)) ? undefined : true,
+          );
+        }
+      },
+    );
+
+    await t.step(
+      "a copy changed between its read and its write: 409, read again, written again",
+      async () => {
+        await admin.create<ConfigMap>(CONFIGMAPS, {
+          metadata: { name: "locked", namespace: TEAM_C },
+          data: { level: "info" },
+        });
+        const key = { name: "locked", namespace: TEAM_C };
+        let calls = 0;
+        // The first mutation runs while another writer adds `mine`: the write must not keep it.
+        const result = await writeCopy(
+          admin,
+          CONFIGMAPS,
+          key,
+          async (obj: KubeObject & { data?: Record<string, string> }) => {
+            if (++calls === 1) {
+              await admin.patch(CONFIGMAPS, "locked", { data: { mine: "x" } }, {
+                namespace: TEAM_C,
+              });
+            }
+            obj.data = { level: "debug" };
+          },
+        );
+        deepStrictEqual([result, calls], ["patched", 2]);
+        const after = await admin.get<ConfigMap>(CONFIGMAPS, "locked", { namespace: TEAM_C });
+        deepStrictEqual(after.data, { level: "debug" });
+        // A writer that changes it every time: MAX_COPY_WRITES writes, then the 409.
+        calls = 0;
+        await rejects(
+          writeCopy(
+            admin,
+            CONFIGMAPS,
+            key,
+            async (obj: KubeObject & { data?: Record<string, string> }) => {
+              await admin.patch(CONFIGMAPS, "locked", { data: { n: String(++calls) } }, {
+                namespace: TEAM_C,
+              });
+              obj.data = { level: "error" };
+            },
+          ),
+          isConflict,
+        );
+        deepStrictEqual(calls, MAX_COPY_WRITES);
+        await admin.delete(CONFIGMAPS, "locked", { namespace: TEAM_C });
+      },
+    );
+
     await t.step("a kind whose CRD is made during the test is found by discovery", async () => {
-      await admin.create<ConfigMirror>(CONFIG_MIRRORS, {
-        apiVersion: CONFIG_MIRRORS.apiVersion,
-        kind: CONFIG_MIRRORS.kind,
-        metadata: { name: "flag", namespace: HOME },
-        spec: {
-          source: { apiVersion: FLAGS.apiVersion, kind: "FeatureFlag", name: "dark-mode" },
-          targetNamespaces: [TEAM_A, TEAM_B],
-        },
-      });
+      await createMirror("flag", {
+        apiVersion: FLAGS.apiVersion,
+        kind: "FeatureFlag",
+        name: "dark-mode",
+      }, [TEAM_A, TEAM_B]);
       await readyFor("flag", "False", "KindNotServed");
       await plane.applyCrds([FLAG_CRD]);
       const spec = { enabled: true, rolloutPercent: 25 };
