@@ -107,7 +107,7 @@ async function shardHolders(c: KubeClient, ns: string, id: string): Promise<Map<
   return out;
 }
 
-/** The shard selection the replicas' start-up lines report (their log files). */
+/** The shard selection the replicas' start-up lines report (their log files, read after exit). */
 async function selectionOf(procs: OperatorProcess[]): Promise<ShardedResult["selection"]> {
   const modes = new Set<string>();
   for (const p of procs) {
@@ -231,7 +231,6 @@ async function shardedRun(
     log("sharded: all Ready", { n, gate, replicas, seconds: res.convergeSeconds });
     await sleep(o.settleSeconds * 1000);
     res.rssBytes = procs.map((p) => p.sample()?.rssBytes ?? NaN);
-    if (replicas > 1) res.selection = await selectionOf(procs);
     if (replicas > 1) res.failover = await failover(n, namespaces, leNs, leaseId, procs, admin);
     res.ok = true;
     return res;
@@ -242,6 +241,8 @@ async function shardedRun(
   } finally {
     for (const t of trackers) t.stop();
     await Promise.all(procs.map((p) => p.stop("SIGTERM")));
+    // A log file is complete once its process has ended (the pump's writes are buffered).
+    if (replicas > 1 && procs.length > 0) res.selection = await selectionOf(procs);
     for (const ns of [...namespaces, leNs]) {
       await dropNamespace(admin, ns, o.createConcurrency).catch((err) =>
         log("cleanup failed", { namespace: ns, error: String(err) })
