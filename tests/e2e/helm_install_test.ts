@@ -70,6 +70,8 @@ const HARNESS_FLAGS = /^--(metrics-bind-address|health-probe-bind-address)=/;
 /** One replica the test's kubelet ran: its Pod, the process, and how the process ended. */
 interface Replica {
   pod: string;
+  /** The Pod's IP, given when the Pod was first seen (one per replica, never reused). */
+  ip: string;
   /** Set once the process has started (undefined while its token and kubeconfig are made). */
   op?: Operator;
   /** The exit code once the process ended after its Pod's deletion. */
@@ -80,9 +82,15 @@ interface Replica {
 interface ReplicaKubelet {
   /** Every replica started so far, in the order their Pods were seen. */
   replicas: Replica[];
-  /** The first error of a replica's life (a start that failed, an exit code but 0), if any. */
+  /**
+   * The first error of a replica's life (a start that failed, an exit code but 0) or of the
+   * kubelet's own loop, if any; the test reports it at its end.
+   */
   failure(): Error | undefined;
-  /** Stops watching, SIGTERMs what still runs, removes the Pods left and the Node. */
+  /**
+   * Stops watching, SIGTERMs what still runs, removes the Pods left and the Node; every promise
+   * of the loop and of each replica is awaited (their errors go to {@link failure}).
+   */
   stop(): Promise<void>;
 }
 
@@ -91,8 +99,11 @@ interface ReplicaKubelet {
  * `stop()`; each step bounded): a Pod bound there gets a process — the operator with a token of
  * ServiceAccount `ns/sa` bound to that Pod, APPSERVICE_POD_NAME its name and the Pod's own args
  * (but the bind addresses, which are the harness's) — and is reported Running and Ready once the
- * process's /readyz answers; a Pod with a deletionTimestamp gets SIGTERM, and once the process has
- * exited its deletion is confirmed (grace period 0, uid precondition).
+ * process's /readyz answers, with an IP of 10.244.250.0/24 its own (given when the Pod is first
+ * seen, so replicas started together never share one); a Pod with a deletionTimestamp gets
+ * SIGTERM, and once the process has exited its deletion is confirmed (grace period 0, uid
+ * precondition). Errors of the loop and of each replica are kept for `failure()`, never left as an
+ * unhandled rejection.
  */
 function runReplicaKubelet(c: KubeClient, ns: string, sa: string, node: string, dir: string) {
   const replicas: Replica[] = [];
@@ -113,7 +124,7 @@ function runReplicaKubelet(c: KubeClient, ns: string, sa: string, node: string, 
     });
     await r.op.waitReady();
     await c.patch(PODS, r.pod, {
-      status: kubeletStatus(pod, `10.244.250.${replicas.length}`, true),
+      status: kubeletStatus(pod, r.ip, true),
     }, {
       namespace: ns,
       subresource: "status",
@@ -149,17 +160,18 @@ function runReplicaKubelet(c: KubeClient, ns: string, sa: string, node: string, 
         if (p.metadata?.deletionTimestamp) {
           if (!stopping.has(uid)) {
             const r = replicas.find((x) => x.pod === p.metadata!.name);
-            stopping.set(uid, terminate(p, r, byUid.get(uid)));
+            stopping.set(uid, terminate(p, r, byUid.get(uid)).catch((err) => void fail(err)));
           }
         } else if (!byUid.has(uid)) {
-          const r: Replica = { pod: p.metadata!.name! };
+          if (replicas.length >= 254) throw new Error("more than 254 replicas: no Pod IP left");
+          const r: Replica = { pod: p.metadata!.name!, ip: `10.244.250.${replicas.length + 1}` };
           replicas.push(r);
           byUid.set(uid, start(p, r).catch((err) => void fail(err)));
         }
       }
       await sleep(100);
     }
-  })();
+  })().catch((err) => void fail(err));
   return {
     replicas,
     failure: () => failure,
@@ -231,6 +243,7 @@ async function lifecycle(t: Deno.TestContext, scoped: boolean): Promise<void> {
   await addTestNode(c, node, node, "127.0.0.3");
   await c.patch(NODES, node, { spec: { taints: [{ key: REPLICA_TAINT, effect: "NoSchedule" }] } });
   const kubelet = runReplicaKubelet(c, release, name, node, dir);
+  let completed = false;
   try {
     await t.step("helm install: every object created, the Deployment rolled out", async () => {
       await runOk(helm, [
@@ -244,6 +257,12 @@ async function lifecycle(t: Deno.TestContext, scoped: boolean): Promise<void> {
       ]);
       installed = true;
       await rolledOut(release, name);
+      // Each replica's Pod has an IP of its own (two started together once got the same).
+      const ips = (await c.list<Pod & KubeObject>(PODS, { namespace: release })).items
+        .map((p) => p.status?.podIP);
+      assertEquals(ips.length, 2, `${ips}`);
+      assertEquals(new Set(ips).size, 2, `Pod IPs shared: ${ips}`);
+      assert(ips.every((ip) => ip?.startsWith("10.244.250.")), `${ips}`);
       const manifest = parseObjects(await runOk(helm, ["get", "manifest", "e2e", "-n", release]));
       const kinds = new Set(manifest.map((o) => o.kind));
       for (
@@ -346,6 +365,7 @@ async function lifecycle(t: Deno.TestContext, scoped: boolean): Promise<void> {
       );
       assertEquals(left.trim(), CRD);
     });
+    completed = true;
   } finally {
     await kubelet.stop();
     if (installed) {
@@ -356,7 +376,13 @@ async function lifecycle(t: Deno.TestContext, scoped: boolean): Promise<void> {
     await dropNamespace(release);
     if (outside) await dropNamespace(outside);
     await Deno.remove(dir, { recursive: true });
+    // Not thrown over the error the body threw: reported beside it.
+    const failure = kubelet.failure();
+    if (failure && !completed) console.error(`replica kubelet: ${failure.stack ?? failure}`);
   }
+  // The kubelet's background work has ended (stop above): an error of it fails the test.
+  const failure = kubelet.failure();
+  if (failure) throw failure;
 }
 
 Deno.test("Helm install: install, an AppService Ready, upgrade rolls the operator, uninstall leaves only the CRD", async (t) => {
