@@ -47,6 +47,14 @@ export interface WriteFence {
    * process resumed from a pause) is then never sent; one already written may have taken effect.
    */
   readonly signal?: AbortSignal;
+  /**
+   * The signal of one write, when the fence's scope depends on the request (a sharded replica:
+   * the fence of the shard of the path's namespace). Used instead of {@link signal} when present;
+   * `undefined` falls back to {@link signal}.
+   * @param method HTTP verb
+   * @param path request path
+   */
+  signalFor?(method: string, path: string): AbortSignal | undefined;
 }
 
 /** What {@link ClientOptions.onRequest} is told about each finished HTTP request. */
@@ -382,7 +390,7 @@ export class Transport {
     const signals: AttemptSignals = {
       caller: req.signal,
       late: late?.signal,
-      fence: a.fence?.signal,
+      fence: a.fence?.signalFor?.(req.method, req.path) ?? a.fence?.signal,
       stall: stall.signal,
       timeout,
     };

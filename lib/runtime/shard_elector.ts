@@ -163,7 +163,11 @@ export class ShardElector {
           o.log.debug("Shard Lease attempt failed", { shard: k, error: errorText(err) }),
       }),
     }));
-    this.fence = new ShardFence(o.shards, (k) => this.#writable(k));
+    this.fence = new ShardFence(
+      o.shards,
+      (k) => this.#writable(k),
+      (k) => this.#shards[k].elector.fence.signal,
+    );
     o.metrics?.held.set(0);
     for (let k = 0; k < o.shards; k++) {
       for (const change of ["acquired", "released", "lost"]) {
@@ -415,20 +419,50 @@ export class ShardElector {
  * that namespace's shard is held (not being given back) and renewed within the renew deadline
  * (the shard's {@link LeaseFence}, checked synchronously); a cluster-scoped write (no namespace
  * in its path) only while at least one shard's does. The namespace is read from the request path.
+ * A write in flight is aborted by {@link signalFor}: the signal of the shard's Lease fence (its
+ * renew deadline, its term's end), so a shard lost or gone stale stops its own writes only.
  */
 export class ShardFence implements WriteFence {
   readonly #n: number;
   readonly #fenceOf: (k: number) => WriteFence | undefined;
+  readonly #signalOf: (k: number) => AbortSignal | undefined;
   readonly #shardOfNs = new Map<string, number>();
 
   /**
    * A fence asking `fenceOf` for the shard of each write's namespace.
    * @param n number of shards
    * @param fenceOf the Lease fence of shard k while held and not leaving, else undefined
+   * @param signalOf the in-flight signal of shard k's Lease fence (aborted at its renew deadline
+   *   and at its term's end); default none (writes in flight are then not aborted)
    */
-  constructor(n: number, fenceOf: (k: number) => WriteFence | undefined) {
+  constructor(
+    n: number,
+    fenceOf: (k: number) => WriteFence | undefined,
+    signalOf: (k: number) => AbortSignal | undefined = () => undefined,
+  ) {
     this.#n = n;
     this.#fenceOf = fenceOf;
+    this.#signalOf = signalOf;
+  }
+
+  /**
+   * The signal aborting a write in flight to `path`: for a namespaced path, that of the Lease
+   * fence of the namespace's shard; for a cluster-scoped one, that of the first shard whose fence
+   * lets it pass now (the shard it is written under: it is aborted when that shard's fence closes,
+   * even if another shard is still held), or undefined when none does ({@link check} refuses it).
+   */
+  signalFor(method: string, path: string): AbortSignal | undefined {
+    const ns = namespaceOfPath(path);
+    if (ns !== undefined) return this.#signalOf(this.shardOf(ns));
+    for (let k = 0; k < this.#n; k++) {
+      const f = this.#fenceOf(k);
+      if (!f) continue;
+      try {
+        f.check(method, path);
+        return this.#signalOf(k);
+      } catch { /* stale: try the next shard */ }
+    }
+    return undefined;
   }
 
   /** The shard of `namespace` (memoized). */
