@@ -137,6 +137,10 @@ export class ShardElector {
   /** Give-backs in progress (fair share), awaited by {@link stop}. */
   readonly #leaving = new Set<Promise<void>>();
   #live = 1;
+  /** Clock ms of the first failed round of the current run of failures; undefined after a success. */
+  #failingSinceMs?: number;
+  /** Whether the current run of failures was logged as an error (once per episode). */
+  #failingLogged = false;
   /** The write fence of the reconcilers' client. */
   readonly fence: ShardFence;
 
@@ -203,8 +207,11 @@ export class ShardElector {
       const startedMs = this.#clock.now();
       try {
         await this.#round(signal);
+        if (this.#failingLogged) o.log.info("Shard rounds succeed again");
+        this.#failingSinceMs = undefined;
+        this.#failingLogged = false;
       } catch (err) {
-        if (!signal.aborted) o.log.warn("Shard round failed", { error: errorText(err) });
+        if (!signal.aborted) this.#roundFailed(err);
       }
       const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
       try {
@@ -213,6 +220,38 @@ export class ShardElector {
         break;
       }
     }
+  }
+
+  /** A round failed: a warning, and an error once the failures have lasted a lease duration. */
+  #roundFailed(err: unknown): void {
+    const o = this.#o;
+    const now = this.#clock.now();
+    this.#failingSinceMs ??= now;
+    o.log.warn("Shard round failed", { error: errorText(err) });
+    if (!this.#failingLogged && this.failingForMs() > o.leaseDurationSeconds * 1000) {
+      this.#failingLogged = true;
+      o.log.error("Shard rounds keep failing: this replica takes no part in the sharding", {
+        error: errorText(err),
+        failingForMs: now - this.#failingSinceMs,
+      });
+    }
+  }
+
+  /** How long (ms) the rounds have failed without a success in between; 0 when the last succeeded. */
+  failingForMs(): number {
+    return this.#failingSinceMs === undefined ? 0 : this.#clock.now() - this.#failingSinceMs;
+  }
+
+  /**
+   * Why this replica is not ready, or undefined: its rounds have failed for longer than a lease
+   * duration (its membership has run out for the others; it can neither take nor give back
+   * shards, so it must not look like a healthy standby).
+   */
+  unready(): string | undefined {
+    const ms = this.failingForMs();
+    return ms > this.#o.leaseDurationSeconds * 1000
+      ? `shard rounds failing for ${Math.round(ms / 1000)} s`
+      : undefined;
   }
 
   /** One round: renew membership, read the Leases, give back above or take below the fair share. */

@@ -235,7 +235,8 @@ export interface ShardingRunnablesOptions {
  * The manager's sharding runnables: `mode` (group `caches`: probes once whether the apiserver
  * serves the shard selector and logs which), `election` (group `election`: the
  * {@link ShardElector}, its fence on the client, the work side; on stop every shard is given
- * back and the membership Lease deleted), and `readiness` (`/readyz`: every held shard synced).
+ * back and the membership Lease deleted), and `readiness` (`/readyz`: every held shard synced, and
+ * the elector's rounds not failing for longer than a lease duration).
  */
 export function shardingRunnables(o: ShardingRunnablesOptions): {
   mode: Runnable;
@@ -301,6 +302,8 @@ export function shardingRunnables(o: ShardingRunnablesOptions): {
     },
   };
   const readiness = () => {
+    const failing = elector?.unready();
+    if (failing) return failing;
     const left = work.unsynced();
     return left.length ? `shards not synced: ${left.join(",")}` : undefined;
   };

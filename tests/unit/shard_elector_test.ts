@@ -30,12 +30,14 @@ class FakeLeases {
   rv = 0;
   /** Writes of these Lease names fail with 500 (a renewal that cannot get through). */
   failWrites = new Set<string>();
+  /** When set, lists fail with 500 (a round that cannot read the Leases). */
+  failList = false;
 
   client(): KubeClient {
     const notFound = () => new ApiError(404, { reason: "NotFound", message: "not found" });
     const api = {
       list: () =>
-        Promise.resolve({
+        this.failList ? Promise.reject(new ApiError(500, {})) : Promise.resolve({
           metadata: { resourceVersion: String(this.rv) },
           items: [...this.leases.values()].map((l) => structuredClone(l)),
         }),
@@ -269,6 +271,33 @@ Deno.test("shard elector: a shard whose renewal fails past the renew deadline is
     api.failWrites.delete(shardLeaseName(ID, 2));
     await run(clock, 6_000);
     assertEquals(a.held(), [0, 1, 2, 3]);
+  } finally {
+    stop.abort();
+    await a.stop();
+  }
+});
+
+Deno.test("shard elector: rounds failing for longer than a lease duration make the replica unready, until one succeeds", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const a = elector(api, "a_1", clock, recorder());
+  const stop = new AbortController();
+  try {
+    a.start(stop.signal);
+    await run(clock, 1_000);
+    assertEquals(a.held(), [0, 1, 2, 3]);
+    assertEquals(a.unready(), undefined);
+    api.failList = true;
+    await run(clock, 3_000); // within the lease duration (4 s): still ready
+    assertEquals(a.unready(), undefined);
+    assert(a.failingForMs() > 0);
+    await run(clock, 3_000);
+    assert(a.failingForMs() > 4_000, `failing for ${a.failingForMs()} ms`);
+    assert(a.unready() !== undefined, "failing for more than 4 s");
+    api.failList = false;
+    await run(clock, 1_500);
+    assertEquals(a.unready(), undefined);
+    assertEquals(a.failingForMs(), 0);
   } finally {
     stop.abort();
     await a.stop();
