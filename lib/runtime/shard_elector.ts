@@ -5,14 +5,15 @@
  * - Membership: each replica keeps a Lease of its own (`<id>-member-<hash of identity>`,
  *   labelled {@link SHARD_MEMBER_LABEL}=`<id>`, holder its identity) renewed every retry period
  *   and deleted on graceful exit. Live members: membership Leases not run out on this replica's
- *   clock (observed-time, as an expired Lease). Fair share: `ceil(n / live members)`.
- * - Taking a shard: only below the fair share, only a Lease that is free (no holder) or has run
+ *   clock (observed-time, as an expired Lease). Share ({@link targetShare}): `floor(n / live)`,
+ *   plus one for the first `n mod live` members by identity (sorted), so the shares add up to n.
+ * - Taking a shard: only below its share, only a Lease that is free (no holder) or has run
  *   out on this replica's clock (the rules of {@link LeaderElector}: one elector per shard,
  *   `observeLease` then `tryAcquireOrRenew`); a 409 means another replica won.
  * - Holding: the shard's elector renews it (its `run`, client-go's renew loop); a renewal that
  *   fails past the renew deadline, or another holder seen, loses the shard: its fence is closed
  *   at once, its work stops, and the replica goes on (it may take the shard again later).
- * - Giving back (above the fair share, or on shutdown): the shard's fence closes, its work is
+ * - Giving back (above its share, or on shutdown): the shard's fence closes, its work is
  *   stopped and drained ({@link ShardHooks.stopping}, bounded by the grace period), then the
  *   Lease is released (holder cleared, as the elector's release).
  * - {@link ShardFence}: the write fence of the reconcilers' client: a write to a namespace
@@ -59,9 +60,19 @@ export function memberLabelValue(id: string): string {
     : fnv1a64(id).toString(16).padStart(16, "0");
 }
 
-/** The fair share of `n` shards among `members` live replicas: `ceil(n / members)`. */
+/** The largest share of `n` shards among `members` live replicas, `ceil(n / members)` ({@link targetShare} is a replica's own). */
 export function fairShare(n: number, members: number): number {
   return Math.ceil(n / Math.max(1, members));
+}
+
+/**
+ * The share of the replica ranked `rank` (its index among the live members' identities, sorted)
+ * of `n` shards among `members` live replicas: `floor(n / members)`, plus one for the first
+ * `n mod members` ranks, so the shares add up to `n` (4 over 3: 2, 1, 1; 6 over 4: 2, 2, 1, 1).
+ */
+export function targetShare(n: number, members: number, rank: number): number {
+  const m = Math.max(1, members);
+  return Math.floor(n / m) + (rank < n % m ? 1 : 0);
 }
 
 /** Why a shard moved (the `reason` of its log line). */
@@ -263,8 +274,9 @@ export class ShardElector {
     const list = await o.client.list<Lease>(LEASES, { namespace: o.namespace, signal: attempt() });
     const now = this.#clock.now();
     const byName = new Map(list.items.map((l) => [l.metadata?.name ?? "", l]));
-    this.#live = this.#countLive(list.items, now);
-    const fair = fairShare(o.shards, this.#live);
+    const live = this.#liveMembers(list.items, now);
+    this.#live = live.length;
+    const fair = targetShare(o.shards, live.length, live.indexOf(o.identity));
     // Every round observes every shard's Lease, held elsewhere or not: a Lease runs out a lease
     // duration after its record was first seen unchanged, so it must be watched before this
     // replica needs it (e.g. while a dead member still counts as live).
@@ -276,7 +288,7 @@ export class ShardElector {
     }
     const held = this.held();
     if (held.length > fair) {
-      // Give back the highest shards above the fair share, one round at a time.
+      // Give back the highest shards above the share, one round at a time.
       for (const k of held.slice(fair).reverse()) {
         const p = this.#giveBack(k, "fair-share").finally(() => this.#leaving.delete(p));
         this.#leaving.add(p);
@@ -305,11 +317,12 @@ export class ShardElector {
     return Array.from({ length: n }, (_, i) => (start + i) % n);
   }
 
-  #countLive(items: Lease[], now: number): number {
+  /** The live members' identities (this replica's included), sorted. */
+  #liveMembers(items: Lease[], now: number): string[] {
     const o = this.#o;
     const value = memberLabelValue(o.id);
     const own = memberLeaseName(o.id, o.identity);
-    let live = 1;
+    const live = [o.identity];
     const seen = new Set<string>();
     for (const l of items) {
       const name = l.metadata?.name ?? "";
@@ -322,10 +335,11 @@ export class ShardElector {
         this.#members.set(name, { renew, atMs: now, durationMs });
       }
       const m = this.#members.get(name)!;
-      if (l.spec?.holderIdentity && m.atMs + m.durationMs > now) live++;
+      const holder = l.spec?.holderIdentity;
+      if (holder && holder !== o.identity && m.atMs + m.durationMs > now) live.push(holder);
     }
     for (const name of [...this.#members.keys()]) if (!seen.has(name)) this.#members.delete(name);
-    return live;
+    return [...new Set(live)].sort();
   }
 
   /** Creates or renews this replica's membership Lease. */

@@ -18,6 +18,7 @@ import {
   ShardElector,
   type ShardHooks,
   shardLeaseName,
+  targetShare,
 } from "../../lib/runtime/shard_elector.ts";
 import { shardOf } from "../../lib/runtime/shards.ts";
 import { WorkQueue } from "../../lib/runtime/queue.ts";
@@ -99,13 +100,19 @@ function recorder(): ShardHooks & { calls: string[] } {
 const N = 4;
 const ID = "op";
 
-function elector(api: FakeLeases, identity: string, clock: FakeClock, hooks: ShardHooks) {
+function elector(
+  api: FakeLeases,
+  identity: string,
+  clock: FakeClock,
+  hooks: ShardHooks,
+  shards = N,
+) {
   return new ShardElector({
     client: api.client(),
     namespace: "ns",
     id: ID,
     identity,
-    shards: N,
+    shards,
     leaseDurationSeconds: 4,
     renewDeadlineMs: 3_000,
     retryPeriodMs: 1_000,
@@ -157,6 +164,62 @@ Deno.test("shard elector: fair share is ceil(shards / live members)", () => {
   assertEquals(fairShare(5, 2), 3);
   assertEquals(fairShare(4, 8), 1);
   assertEquals(fairShare(4, 0), 4);
+});
+
+Deno.test("shard elector: a replica's share is floor(n / live) plus one for the first n mod live ranks", () => {
+  assertEquals([0, 1, 2].map((r) => targetShare(4, 3, r)), [2, 1, 1]);
+  assertEquals([0, 1, 2, 3].map((r) => targetShare(6, 4, r)), [2, 2, 1, 1]);
+  assertEquals([0, 1].map((r) => targetShare(5, 2, r)), [3, 2]);
+  assertEquals(targetShare(4, 1, 0), 4);
+  assertEquals(targetShare(4, 0, 0), 4);
+  assertEquals([0, 1, 2, 3, 4].map((r) => targetShare(2, 5, r)), [1, 1, 0, 0, 0]);
+});
+
+/** Starts electors for `ids` on `api`, `shards` each; returns them and their stop. */
+function replicas(api: FakeLeases, clock: FakeClock, ids: string[], shards: number) {
+  const stops = ids.map(() => new AbortController());
+  const electors = ids.map((id, i) => {
+    const e = elector(api, id, clock, recorder(), shards);
+    e.start(stops[i].signal);
+    return e;
+  });
+  return {
+    electors,
+    stop: () => Promise.all(electors.map((e, i) => (stops[i].abort(), e.stop()))),
+  };
+}
+
+Deno.test("shard elector: 4 shards over 3 replicas settle at 2, 1, 1", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const r = replicas(api, clock, ["a_1", "b_1", "c_1"], 4);
+  try {
+    await run(clock, 8_000);
+    const counts = r.electors.map((e) => e.held().length);
+    assertEquals([...counts].sort(), [1, 1, 2], `held ${counts}`);
+    assertEquals(new Set(r.electors.flatMap((e) => e.held())).size, 4);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("shard elector: 6 shards over 3 replicas, a 4th joining: 2, 2, 1, 1", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const r = replicas(api, clock, ["a_1", "b_1", "c_1"], 6);
+  let d: ReturnType<typeof replicas> | undefined;
+  try {
+    await run(clock, 8_000);
+    assertEquals(r.electors.map((e) => e.held().length), [2, 2, 2]);
+    d = replicas(api, clock, ["d_1"], 6);
+    await run(clock, 10_000);
+    const counts = [...r.electors, ...d.electors].map((e) => e.held().length);
+    assertEquals([...counts].sort(), [1, 1, 2, 2], `held ${counts}`);
+    assertEquals(new Set([...r.electors, ...d.electors].flatMap((e) => e.held())).size, 6);
+  } finally {
+    await r.stop();
+    await d?.stop();
+  }
 });
 
 Deno.test("shard elector: alone it takes every shard; a second member gets half, given back drained then released; stop releases all", async () => {
