@@ -418,14 +418,49 @@ export class ShardElector {
     await o.hooks.stopping(k, o.gracefulShutdownTimeoutMs);
     h.stop.abort();
     const end = await h.done;
-    if (s.holding === h) s.holding = undefined;
+    // Lost meanwhile: #hold has stopped its work and logged the loss, and the shard may have been
+    // taken again since (a new holding that is not this give-back's to tear down).
+    if (s.holding !== h) return;
+    s.holding = undefined;
     o.hooks.stopped(k);
     if (end === "lost") {
       this.#moved(k, "lost", o.identity, s.elector.observedHolder, "lost");
       return;
     }
-    await s.elector.release(AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs)));
+    if (!(await this.#release(s))) {
+      o.log.warn("Shard Lease not released: it runs out a lease duration after its last renewal", {
+        shard: k,
+      });
+    }
     this.#moved(k, "released", o.identity, "", reason);
+  }
+
+  /**
+   * Releases shard `s`'s Lease: the elector's release, and when that writes nothing (its term had
+   * not begun: a take that succeeded as the loop's signal aborted), a clearing write of the
+   * current record if it still names this replica (resourceVersion-checked, as the elector's).
+   * Resolves true when the Lease no longer names this replica.
+   */
+  async #release(s: Shard): Promise<boolean> {
+    const o = this.#o;
+    const signal = AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs));
+    if (await s.elector.release(signal)) return true;
+    try {
+      const cur = await o.client.get<Lease>(LEASES, shardLeaseName(o.id, s.k), {
+        namespace: o.namespace,
+        signal,
+      });
+      if (cur.spec?.holderIdentity !== o.identity) return true;
+      const now = microTime(this.#clock.now());
+      await o.client.update<Lease>(LEASES, {
+        ...cur,
+        spec: { ...cur.spec, holderIdentity: "", leaseDurationSeconds: 1, renewTime: now },
+      }, { signal });
+      return true;
+    } catch (err) {
+      o.log.debug("Shard Lease clearing write failed", { shard: s.k, error: errorText(err) });
+      return false;
+    }
   }
 
   #moved(

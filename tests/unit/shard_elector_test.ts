@@ -33,6 +33,8 @@ class FakeLeases {
   failWrites = new Set<string>();
   /** When set, lists fail with 500 (a round that cannot read the Leases). */
   failList = false;
+  /** Called after each successful create or update, before its answer. */
+  onWrite?: (name: string) => void;
 
   client(): KubeClient {
     const notFound = () => new ApiError(404, { reason: "NotFound", message: "not found" });
@@ -55,6 +57,7 @@ class FakeLeases {
         const l = structuredClone(obj);
         l.metadata = { ...l.metadata, resourceVersion: String(++this.rv) };
         this.leases.set(name, l);
+        this.onWrite?.(name);
         return Promise.resolve(structuredClone(l));
       },
       update: (_rt: unknown, obj: Lease) => {
@@ -68,6 +71,7 @@ class FakeLeases {
         const l = structuredClone(obj);
         l.metadata = { ...l.metadata, resourceVersion: String(++this.rv) };
         this.leases.set(name, l);
+        this.onWrite?.(name);
         return Promise.resolve(structuredClone(l));
       },
       delete: (_rt: unknown, name: string) => {
@@ -364,6 +368,31 @@ Deno.test("shard elector: rounds failing for longer than a lease duration make t
   } finally {
     stop.abort();
     await a.stop();
+  }
+});
+
+Deno.test("shard elector: a take that succeeds as the signal aborts is released on stop (the Lease is cleared)", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const a = elector(api, "a_1", clock, recorder());
+  const stop = new AbortController();
+  const taken = new Set<string>();
+  api.onWrite = (name) => {
+    if (!name.includes("-shard-") || api.holder(name) !== "a_1" || taken.has(name)) return;
+    taken.add(name);
+    // SIGTERM lands while the second take's write is answered.
+    if (taken.size === 2) stop.abort();
+  };
+  try {
+    a.start(stop.signal);
+    await run(clock, 1_000);
+  } finally {
+    stop.abort();
+    await a.stop();
+  }
+  assertEquals(taken.size, 2, "positive control: two takes were written");
+  for (let k = 0; k < N; k++) {
+    assertEquals(api.holder(shardLeaseName(ID, k)), "", `shard ${k}`);
   }
 });
 
