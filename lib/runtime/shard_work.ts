@@ -94,6 +94,12 @@ export class ShardWork implements ShardHooks {
   readonly #o: ShardWorkOptions;
   readonly #held = new Set<number>();
   readonly #synced = new Set<number>();
+  /**
+   * The acquisition of each held shard not being given back: its number (from {@link #acquisitions});
+   * a relist that finishes for an older one, or after `stopping`, does not mark the shard synced.
+   */
+  readonly #acquired = new Map<number, number>();
+  #acquisitions = 0;
   readonly #shardOfNs = new Map<string, number>();
 
   /** Work for no shard yet: every queue takes no key. */
@@ -142,17 +148,20 @@ export class ShardWork implements ShardHooks {
     for (const [k, d] of depth) m.queueDepth.set({ shard: String(k) }, d);
   }
 
-  /** Shards held whose caches have not synced yet (for `/readyz`), ascending. */
+  /** Shards held (not being given back) whose caches have not synced yet (`/readyz`), ascending. */
   unsynced(): number[] {
-    return [...this.#held].filter((k) => !this.#synced.has(k)).sort((a, b) => a - b);
+    return [...this.#acquired.keys()].filter((k) => !this.#synced.has(k)).sort((a, b) => a - b);
   }
 
   /** Relists for shard `k`; once its objects are cached, enqueues its keys. */
   acquired(k: number): void {
+    const acquisition = ++this.#acquisitions;
     this.#held.add(k);
+    this.#acquired.set(k, acquisition);
     const held = [...this.#held];
     Promise.all(this.#o.reflectors.map((r) => r.setHeld(held))).then(() => {
-      if (!this.#held.has(k) || this.#synced.has(k)) return;
+      // Given back (or lost, or taken again) meanwhile: not this acquisition's to sync.
+      if (this.#acquired.get(k) !== acquisition || this.#synced.has(k)) return;
       this.#synced.add(k);
       let keys = 0;
       for (const c of this.#o.controllers()) {
@@ -164,6 +173,7 @@ export class ShardWork implements ShardHooks {
 
   /** Stops taking shard `k`'s keys, drops them, and waits for its in-flight reconciles. */
   async stopping(k: number, graceMs: number): Promise<void> {
+    this.#acquired.delete(k);
     this.#synced.delete(k);
     const mine = (key: string) => this.shardOfKey(key) === k;
     const controllers = this.#o.controllers();
@@ -180,6 +190,7 @@ export class ShardWork implements ShardHooks {
   /** Shard `k` is gone: its keys are dropped and its objects leave the caches. */
   stopped(k: number): void {
     this.#held.delete(k);
+    this.#acquired.delete(k);
     this.#synced.delete(k);
     for (const c of this.#o.controllers()) c.queue.dropWhere((key) => this.shardOfKey(key) === k);
     const held = [...this.#held];

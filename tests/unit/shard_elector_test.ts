@@ -21,6 +21,9 @@ import {
   targetShare,
 } from "../../lib/runtime/shard_elector.ts";
 import { shardOf } from "../../lib/runtime/shards.ts";
+import { ShardWork } from "../../lib/runtime/shard_work.ts";
+import type { ShardReflector } from "../../lib/runtime/shard_reflector.ts";
+import type { Controller } from "../../lib/runtime/controller.ts";
 import { WorkQueue } from "../../lib/runtime/queue.ts";
 import { Store } from "../../lib/runtime/store.ts";
 import type { KubeObject } from "../../lib/kube/client.ts";
@@ -447,4 +450,36 @@ Deno.test("shard work: a store filter caches only admitted objects, silently; pr
   assertEquals(store.prune(), 1);
   assertEquals(store.keys(), ["a/x"]);
   assertEquals(events, ["add a", "add b"], "pruned without events");
+});
+
+Deno.test("shard work: a relist finishing while the shard is given back does not mark it synced nor enqueue its keys", async () => {
+  const relists: (() => void)[] = [];
+  const reflector = {
+    setHeld: () => new Promise<void>((r) => relists.push(r)),
+  } as unknown as ShardReflector<KubeObject>;
+  const enqueued: number[] = [];
+  const controller = {
+    queue: new WorkQueue({ clock: new FakeClock() }),
+    enqueueAll: () => {
+      enqueued.push(1);
+      return 1;
+    },
+  } as unknown as Controller;
+  const work = new ShardWork({
+    shards: N,
+    controllers: () => [controller],
+    reflectors: [reflector],
+    log: log("test"),
+  });
+  const nss = namespaceOfShard();
+  work.acquired(0);
+  work.acquired(1);
+  await work.stopping(0, 1_000); // shard 0 given back before its relist ends
+  for (const r of relists) r();
+  await flush();
+  // Positive control: shard 1's relist synced it and enqueued its keys.
+  assertEquals(enqueued.length, 1);
+  assert(work.takes(`${nss[1]}/x`));
+  assert(!work.takes(`${nss[0]}/x`), "shard 0 is leaving: its keys are not taken");
+  assertEquals(work.unsynced(), []);
 });
