@@ -118,14 +118,17 @@ export interface Holds {
  * further write by the same holder is a renewal; a release (holder "") by the holder closes it
  * at the release's arrival; a write by another user (its acquisition or its handover marker)
  * closes it at that write's arrival, and is an overlap when the holder neither released nor let
- * its lease run out (last renewal's arrival + `leaseMs`) by then. An interval open at the end
- * runs to its last renewal + `leaseMs`.
+ * its lease run out (last renewal's arrival + `leaseMs`) by then. An interval taken over or open
+ * at the end runs at most to its last renewal + `fenceMs`.
  * @param userOf the audit log's user of a replica identity
+ * @param fenceMs how long after its last renewal a holder's writes may still arrive (the write
+ *   fence's renew deadline); default `leaseMs`
  */
 export function holdIntervals(
   writes: LeaseWrite[],
   leaseMs: number,
   userOf: (identity: string) => string = podOfIdentity,
+  fenceMs: number = leaseMs,
 ): Holds {
   const intervals: HoldInterval[] = [];
   const overlaps: string[] = [];
@@ -170,7 +173,7 @@ export function holdIntervals(
           shard,
           user: open.user,
           fromMs: open.fromMs,
-          toMs: Math.min(w.receivedMs, runsUntil),
+          toMs: Math.min(w.receivedMs, open.lastRenewMs + fenceMs),
           end: "taken",
         });
         open = undefined;
@@ -184,7 +187,7 @@ export function holdIntervals(
         shard,
         user: open.user,
         fromMs: open.fromMs,
-        toMs: open.lastRenewMs + leaseMs,
+        toMs: open.lastRenewMs + fenceMs,
         end: "expired",
       });
     }

@@ -147,17 +147,18 @@ async function waitReconciled(c: KubeClient, names: string[], timeoutMs = 60_000
  * arrived.
  */
 function changeEvery(c: KubeClient, ns: string) {
-  const ctl = new AbortController();
+  const ctl = new AbortController(); // the changes
+  const watchCtl = new AbortController(); // the watch, stopped only once the changes are caught up
   const changes: { generation: number; sentAt: number; caughtAt?: number }[] = [];
   const watching = (async () => {
-    for (let i = 0; i < 100 && !ctl.signal.aborted; i++) {
+    for (let i = 0; i < 100 && !watchCtl.signal.aborted; i++) {
       try {
         for await (
           const ev of c.watch<AppService>(APPSERVICES as never, {
             namespace: ns,
             fieldSelector: "metadata.name=app",
             timeoutSeconds: 300,
-            signal: ctl.signal,
+            signal: watchCtl.signal,
           })
         ) {
           const observed = ev.object.status?.observedGeneration ?? 0;
@@ -167,7 +168,7 @@ function changeEvery(c: KubeClient, ns: string) {
           }
         }
       } catch {
-        if (ctl.signal.aborted) return;
+        if (watchCtl.signal.aborted) return;
       }
     }
   })();
@@ -186,14 +187,18 @@ function changeEvery(c: KubeClient, ns: string) {
   })();
   return {
     changes,
-    /** Stops changing, waits for the last change to be caught up (at most 5 s), stops watching. */
+    /**
+     * Stops changing (a PATCH in flight completes and counts), waits for every change to be caught
+     * up (at most 5 s), then stops watching.
+     */
     async stop() {
-      const last = changes.length;
       ctl.abort();
       await changing.catch(() => {});
+      const last = changes.length;
       const deadline = performance.now() + 5_000;
       const pending = () => changes.slice(0, last).some((ch) => ch.caughtAt === undefined);
       for (let i = 0; i < 100 && pending() && performance.now() < deadline; i++) await sleep(50);
+      watchCtl.abort();
       await watching;
       return changes;
     },
@@ -382,7 +387,9 @@ async function runSharding(t: Deno.TestContext, setup: Setup): Promise<void> {
         )).flat();
         const joined = joinLeaseWrites(events, record.versions, leaseId, leNs, recordedFrom);
         assertEquals(joined.mismatches, [], "audit log and Lease watch disagree");
-        const holds = holdIntervals(joined.writes, LEASE_MS);
+        // A hold ends at the release, at the next holder's write, or at the last renewal + the
+        // renew deadline (the fence's rule: no write leaves later), whichever comes first.
+        const holds = holdIntervals(joined.writes, LEASE_MS, undefined, RENEW_MS);
         assertEquals(holds.overlaps, [], "a shard taken while its holder's lease ran");
         const writes = namespacedWrites(events, users, leNs);
         const shardOf = (ns: string) => shardOfNamespace(ns, SHARDS);
