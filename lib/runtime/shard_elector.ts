@@ -4,6 +4,7 @@
  *
  * - Membership: each replica keeps a Lease of its own (`<id>-member-<hash of identity>`,
  *   labelled {@link SHARD_MEMBER_LABEL}=`<id>`, holder its identity) renewed every retry period
+ *   on a timer of its own (not in the round: a slow round must not let it run out)
  *   and deleted on graceful exit. Live members: membership Leases not run out on this replica's
  *   clock (observed-time, as an expired Lease). Share ({@link targetShare}): `floor(n / live)`,
  *   plus one for the first `n mod live` members by identity (sorted), so the shares add up to n.
@@ -145,6 +146,10 @@ export class ShardElector {
   readonly #members = new Map<string, { renew?: string; atMs: number; durationMs: number }>();
   #member?: Lease;
   #loop: Promise<void> = Promise.resolve();
+  /** The membership Lease's renew loop (its own timer: a slow round must not let it run out). */
+  #memberLoop: Promise<void> = Promise.resolve();
+  /** Clock ms of the first failed membership renewal of the current run of failures. */
+  #memberFailingSinceMs?: number;
   /** Give-backs in progress (fair share), awaited by {@link stop}. */
   readonly #leaving = new Set<Promise<void>>();
   #live = 1;
@@ -209,7 +214,36 @@ export class ShardElector {
 
   /** Starts the loop: membership, fair share, takes and give-backs, until `signal` aborts. */
   start(signal: AbortSignal): void {
+    this.#memberLoop = this.#renewMembershipLoop(signal);
     this.#loop = this.#run(signal);
+  }
+
+  /**
+   * Renews the membership Lease every retry period (jittered), on its own timer: a round slowed by
+   * its takes (each bounded by the attempt timeout) must not let the membership run out, which
+   * would make the others count this replica out and in again.
+   */
+  async #renewMembershipLoop(signal: AbortSignal): Promise<void> {
+    const o = this.#o;
+    while (!signal.aborted) {
+      const startedMs = this.#clock.now();
+      try {
+        await this.#renewMembership(
+          AbortSignal.any([signal, AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs))]),
+        );
+        this.#memberFailingSinceMs = undefined;
+      } catch (err) {
+        if (signal.aborted) break;
+        this.#memberFailingSinceMs ??= startedMs;
+        o.log.warn("Membership Lease renewal failed", { error: errorText(err) });
+      }
+      const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
+      try {
+        await sleepOn(this.#clock, Math.max(0, periodMs - (this.#clock.now() - startedMs)), signal);
+      } catch {
+        break;
+      }
+    }
   }
 
   async #run(signal: AbortSignal): Promise<void> {
@@ -248,9 +282,16 @@ export class ShardElector {
     }
   }
 
-  /** How long (ms) the rounds have failed without a success in between; 0 when the last succeeded. */
+  /**
+   * How long (ms) the rounds, or the membership renewals, have failed without a success in
+   * between (the longer of the two); 0 when the last of each succeeded.
+   */
   failingForMs(): number {
-    return this.#failingSinceMs === undefined ? 0 : this.#clock.now() - this.#failingSinceMs;
+    const since = Math.min(
+      this.#failingSinceMs ?? Infinity,
+      this.#memberFailingSinceMs ?? Infinity,
+    );
+    return since === Infinity ? 0 : this.#clock.now() - since;
   }
 
   /**
@@ -265,12 +306,11 @@ export class ShardElector {
       : undefined;
   }
 
-  /** One round: renew membership, read the Leases, give back above or take below the fair share. */
+  /** One round: read the Leases, give back above or take below the fair share. */
   async #round(signal: AbortSignal): Promise<void> {
     const o = this.#o;
     const attempt = () =>
       AbortSignal.any([signal, AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs))]);
-    await this.#renewMembership(attempt());
     const list = await o.client.list<Lease>(LEASES, { namespace: o.namespace, signal: attempt() });
     const now = this.#clock.now();
     const byName = new Map(list.items.map((l) => [l.metadata?.name ?? "", l]));
@@ -484,6 +524,7 @@ export class ShardElector {
    */
   async stop(): Promise<void> {
     await this.#loop;
+    await this.#memberLoop;
     await Promise.all([
       ...this.held().map((k) => this.#giveBack(k, "shutdown")),
       ...this.#leaving,

@@ -25,6 +25,11 @@ import { splitKey } from "./store.ts";
 export const SHARD_SELECTOR_SERVED = "shard selector served by the apiserver";
 /** Logged once at start-up: it does not; the stores filter. */
 export const SHARD_SELECTOR_NOT_SERVED = "not served: filtering client-side";
+/**
+ * Waits (ms) between probes of the shard selector while every target failed to answer (a
+ * doubling backoff, then client mode with the last error logged).
+ */
+export const SHARD_PROBE_BACKOFF_MS: readonly number[] = [1_000, 2_000, 4_000, 8_000, 16_000];
 /** Interval (ms) of the `<prefix>_shard_queue_depth` gauge's update. */
 export const SHARD_QUEUE_DEPTH_INTERVAL_MS = 1_000;
 
@@ -73,6 +78,41 @@ export async function detectShardMode(
   }
   if (out.served.length > 0) out.mode = "server";
   return out;
+}
+
+/**
+ * {@link detectShardMode} until a target answers without error, waiting
+ * {@link SHARD_PROBE_BACKOFF_MS} between tries (a failed probe, e.g. the apiserver not reachable
+ * yet, must not fix client mode for the life of the process); after the last wait, the last
+ * result (client mode). Undefined when `signal` aborts first.
+ */
+async function probeShardMode(
+  client: KubeClient,
+  targets: { resource: ResourceType; namespace?: string }[],
+  n: number,
+  log: Logger,
+  signal: AbortSignal,
+): Promise<ShardModeProbe | undefined> {
+  let r: ShardModeProbe | undefined;
+  for (let i = 0; i <= SHARD_PROBE_BACKOFF_MS.length; i++) {
+    r = await detectShardMode(client, targets, n, signal);
+    if (signal.aborted) return undefined;
+    const answered = r.served.length + r.notServed.length > 0 || targets.length === 0;
+    if (answered || i === SHARD_PROBE_BACKOFF_MS.length) break;
+    log.info("Shard selector probe failed; trying again", {
+      error: r.error,
+      inMs: SHARD_PROBE_BACKOFF_MS[i],
+    });
+    const waited = await new Promise<boolean>((resolve) => {
+      const t = setTimeout(() => resolve(true), SHARD_PROBE_BACKOFF_MS[i]);
+      signal.addEventListener("abort", () => {
+        clearTimeout(t);
+        resolve(false);
+      }, { once: true });
+    });
+    if (!waited) return undefined;
+  }
+  return r;
 }
 
 /** Options of {@link ShardWork}. */
@@ -267,7 +307,8 @@ export function shardingRunnables(o: ShardingRunnablesOptions): {
   const mode: Runnable = {
     name: "shard-mode",
     start: (signal) => {
-      detectShardMode(o.client, o.runtime.targets, o.shards, signal).then((r) => {
+      probeShardMode(o.client, o.runtime.targets, o.shards, o.log, signal).then((r) => {
+        if (!r) return; // stopped before an answer
         const fields = { shards: o.shards, served: r.served, notServed: r.notServed };
         if (r.mode === "server") o.log.info(SHARD_SELECTOR_SERVED, fields);
         else o.log.info(SHARD_SELECTOR_NOT_SERVED, { ...fields, error: r.error });

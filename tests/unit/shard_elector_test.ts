@@ -36,17 +36,22 @@ class FakeLeases {
   failWrites = new Set<string>();
   /** When set, lists fail with 500 (a round that cannot read the Leases). */
   failList = false;
+  /** When set, lists wait for it (a slow round). */
+  listGate?: Promise<void>;
   /** Called after each successful create or update, before its answer. */
   onWrite?: (name: string) => void;
 
   client(): KubeClient {
     const notFound = () => new ApiError(404, { reason: "NotFound", message: "not found" });
     const api = {
-      list: () =>
-        this.failList ? Promise.reject(new ApiError(500, {})) : Promise.resolve({
+      list: async () => {
+        await this.listGate;
+        if (this.failList) throw new ApiError(500, {});
+        return {
           metadata: { resourceVersion: String(this.rv) },
           items: [...this.leases.values()].map((l) => structuredClone(l)),
-        }),
+        };
+      },
       get: (_rt: unknown, name: string) => {
         const l = this.leases.get(name);
         return l ? Promise.resolve(structuredClone(l)) : Promise.reject(notFound());
@@ -396,6 +401,30 @@ Deno.test("shard elector: a take that succeeds as the signal aborts is released 
   assertEquals(taken.size, 2, "positive control: two takes were written");
   for (let k = 0; k < N; k++) {
     assertEquals(api.holder(shardLeaseName(ID, k)), "", `shard ${k}`);
+  }
+});
+
+Deno.test("shard elector: the membership Lease is renewed while a round is slow", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const a = elector(api, "a_1", clock, recorder());
+  const stop = new AbortController();
+  let open!: () => void;
+  const renewTime = () => api.leases.get(memberLeaseName(ID, "a_1"))?.spec?.renewTime;
+  try {
+    a.start(stop.signal);
+    await run(clock, 1_000);
+    assertEquals(a.held(), [0, 1, 2, 3]);
+    api.listGate = new Promise<void>((r) => open = r);
+    await run(clock, 1_500); // the next round now waits in its list
+    const before = renewTime();
+    await run(clock, 5_000); // longer than the lease duration (4 s)
+    assert(renewTime() !== before, `membership not renewed since ${before}`);
+  } finally {
+    open?.();
+    api.listGate = undefined;
+    stop.abort();
+    await a.stop();
   }
 });
 
