@@ -131,7 +131,9 @@ Deno.test("Helm chart: renders deploy/, lints clean, namespace-scoped RBAC, serv
       ) as Rbac;
       assertEquals(triples(lease.rules!), [
         "coordination.k8s.io|leases|create",
+        "coordination.k8s.io|leases|delete",
         "coordination.k8s.io|leases|get",
+        "coordination.k8s.io|leases|list",
         "coordination.k8s.io|leases|update",
         "coordination.k8s.io|leases|watch",
         "events.k8s.io|events|create",

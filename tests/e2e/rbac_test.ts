@@ -300,6 +300,7 @@ Deno.test("RBAC: the operator works with exactly deploy/'s permissions", async (
       },
     );
     await standbyStep(t, [`--kubeconfig=${kubeconfig}`, "--leader-elect"]);
+    await shardedStep(t, [`--kubeconfig=${kubeconfig}`]);
     const logged = op.logs().find((l) => l.message === "Connected");
     assertEquals((logged?.properties as Record<string, unknown>)?.user, SA_USER);
   } finally {
@@ -332,6 +333,33 @@ async function standbyStep(t: Deno.TestContext, args: string[]): Promise<void> {
       await sleep(1_000);
     } finally {
       assertEquals(await standby.stop(), 0);
+    }
+  });
+}
+
+/**
+ * Step: a replica as the ServiceAccount with `--shards 2` (its own Lease names: another
+ * `--leader-election-id`) takes both shards and stops gracefully: it lists the Leases each round and
+ * deletes its membership Lease at the end, the verbs (list, delete on leases) that only sharded mode
+ * uses. Runs after the main scenario, so no AppService of the test is left for it to reconcile.
+ */
+async function shardedStep(t: Deno.TestContext, args: string[]): Promise<void> {
+  await t.step("a sharded replica as the ServiceAccount: takes its shards, leaves", async () => {
+    const sharded = await startOperator([
+      ...args,
+      "--leader-elect",
+      "--shards=2",
+      "--leader-election-id=rbac-sharded",
+    ]);
+    try {
+      await waitFor(
+        "the sharded replica holds both shards",
+        () => logsOf(sharded, "Shard moved").length >= 2,
+        30_000,
+      );
+      await sharded.waitReady();
+    } finally {
+      assertEquals(await sharded.stop(), 0);
     }
   });
 }
@@ -396,6 +424,7 @@ Deno.test("RBAC namespace-scoped: the chart's Role per watched namespace is all 
       `--watch-namespace=${ns},${ns2}`,
       "--leader-elect",
     ]);
+    await shardedStep(t, [`--kubeconfig=${kubeconfig}`, `--watch-namespace=${ns},${ns2}`]);
     await t.step("the AppService outside the watched namespace was never touched", async () => {
       // mainScenario saw its own AppService through every step: the operator was working.
       const out = await getAs(outside, "out");
