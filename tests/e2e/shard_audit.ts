@@ -19,25 +19,16 @@ import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import type { KubeClient } from "../../lib/kube/client.ts";
 import { LEASES } from "../../lib/kube/resources.ts";
 import type { AuditEvent } from "../../lib/testing/mod.ts";
+import { shardOf } from "../../lib/runtime/shards.ts";
 import { isWrite, microTimeMs, receivedMs } from "./audit.ts";
 
-/** 64-bit FNV-1a of the UTF-8 bytes of `s` (Go's hash/fnv New64a, apimachinery's HashField). */
-export function fnv1a64(s: string): bigint {
-  let h = 0xcbf29ce484222325n;
-  for (const b of new TextEncoder().encode(s)) {
-    h = ((h ^ BigInt(b)) * 0x100000001b3n) & 0xffffffffffffffffn;
-  }
-  return h;
-}
+export { fnv1a64 } from "../../lib/runtime/shards.ts";
 
-/** The shard (0..n-1) of `namespace` among `n`: b_k ≤ h < b_{k+1}, b_k = floor(k·2^64/n). */
-export function shardOfNamespace(namespace: string, n: number): number {
-  const h = fnv1a64(namespace);
-  for (let k = n - 1; k > 0; k--) {
-    if (h >= (BigInt(k) << 64n) / BigInt(n)) return k;
-  }
-  return 0;
-}
+/**
+ * The shard (0..n-1) of `namespace` among `n`: the operator's own rule, `shardOf` of
+ * lib/runtime/shards.ts (its unit tests hold Go's hash/fnv vectors).
+ */
+export const shardOfNamespace: (namespace: string, n: number) => number = shardOf;
 
 /**
  * `perShard` namespace names `<prefix>-<i>` for every shard of `n` (the first found by counting

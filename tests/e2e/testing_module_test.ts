@@ -6,6 +6,7 @@
  * latency delays requests, a client tunnels through the CONNECT proxy, `connectControlPlane`'s
  * dispose leaves the plane running and `stop` removes the temporary folder. Loopback only; every wait bounded.
  */
+import { fnv1a64 } from "../../lib/runtime/shards.ts";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { assert, assertEquals } from "../assert.ts";
 import {
@@ -224,15 +225,6 @@ Deno.test("./testing: a control plane of its own, identities, CRDs, audit log, f
   }, () => false);
   assert(!listening, `something still listens on ${plane.server} after stop`);
 });
-
-/** 64-bit FNV-1a of `s`'s UTF-8 bytes: the hash of `shardRange` (apimachinery pkg/sharding). */
-function fnv1a64(s: string): bigint {
-  let h = 0xcbf29ce484222325n;
-  for (const b of new TextEncoder().encode(s)) {
-    h = ((h ^ BigInt(b)) * 0x100000001b3n) & 0xffffffffffffffffn;
-  }
-  return h;
-}
 
 const CONFIG_MAPS: ResourceType = {
   apiVersion: "v1",
