@@ -150,6 +150,8 @@ function changeEvery(c: KubeClient, ns: string) {
   const ctl = new AbortController(); // the changes
   const watchCtl = new AbortController(); // the watch, stopped only once the changes are caught up
   const changes: { generation: number; sentAt: number; caughtAt?: number }[] = [];
+  // The highest observedGeneration seen: the watch may deliver it before the PATCH's answer.
+  let observedMax = 0;
   const watching = (async () => {
     for (let i = 0; i < 100 && !watchCtl.signal.aborted; i++) {
       try {
@@ -162,6 +164,7 @@ function changeEvery(c: KubeClient, ns: string) {
           })
         ) {
           const observed = ev.object.status?.observedGeneration ?? 0;
+          observedMax = Math.max(observedMax, observed);
           const now = performance.now();
           for (const ch of changes) {
             if (ch.caughtAt === undefined && observed >= ch.generation) ch.caughtAt = now;
@@ -181,7 +184,9 @@ function changeEvery(c: KubeClient, ns: string) {
         { spec: { progressDeadlineSeconds: 600 + (i % 50) } } as Partial<AppService>,
         { namespace: ns },
       );
-      changes.push({ generation: a.metadata.generation ?? 0, sentAt });
+      const generation = a.metadata.generation ?? 0;
+      const caughtAt = observedMax >= generation ? performance.now() : undefined;
+      changes.push({ generation, sentAt, caughtAt });
       await sleep(Math.max(0, CHANGE_EVERY_MS - (performance.now() - sentAt)));
     }
   })();
@@ -266,6 +271,13 @@ async function runSharding(t: Deno.TestContext, setup: Setup): Promise<void> {
         for (const op of ops.values()) await op.waitReady(90_000);
         const m = await waitShares(c, leNs, leaseId, [...USERS.slice(0, 3)], 2);
         console.log(`holders: ${show(m)}`);
+        // Every replica writes once its shares are settled (the positive control of c: the first
+        // replica up may have reconciled c's shards before c took them).
+        for (const ns of namespaces) {
+          await c.patch(APPSERVICES as never, "app", { spec: { progressDeadlineSeconds: 650 } }, {
+            namespace: ns,
+          });
+        }
         await waitReconciled(c, namespaces);
       },
     );
