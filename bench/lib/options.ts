@@ -61,7 +61,7 @@ export const USAGE = `usage: deno task bench [flags]
                                  and off
   --repeats 2                    converge runs per operator and size, alternating order; the
                                  first also measures steady state, memory and start-up; the
-                                 table shows medians
+                                 table shows medians and min–max
   --steady-seconds 120           length of the steady-state window
   --settle-seconds 5             wait after converge before the steady window
   --max-concurrent-reconciles 4  the same for both operators
@@ -69,7 +69,8 @@ export const USAGE = `usage: deno task bench [flags]
   --ceiling-concurrency 16       in-flight writes of the ceiling client; a list (4,16,64)
                                  runs each level and takes the best as the ceiling
   --converge-timeout-seconds 900 a run that does not converge within this fails (exit 1)
-  --failover-runs 2              repetitions of each failover case (the table shows the mean)
+  --failover-runs 2              repetitions of each failover case (the table shows the
+                                 median and min–max)
   --ours-deno-flags "FLAGS"      extra deno run flags for ours, after deno task start's
                                  (experiments, e.g. "--v8-flags=--max-semi-space-size=2")
   --cluster-dir DIR              default .cache/bench-cluster (the clone's own)

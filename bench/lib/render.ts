@@ -8,7 +8,7 @@ import { REPO } from "../../tests/cluster/host.ts";
 import type { OperatorKind } from "./operators.ts";
 import { renderChart, type Rgb } from "./plot.ts";
 import type { MemorySample } from "./memory.ts";
-import { fmt, median, ratio, table } from "./report.ts";
+import { fmt, median, ratio, spread, table } from "./report.ts";
 import type { BenchResults, ConvergeResult } from "./results.ts";
 import { IMPORT_PROBE_RUNS, STARTUP_SAMPLES } from "./options.ts";
 import { shardedMarkdown } from "./sharded.ts";
@@ -264,28 +264,37 @@ export function markdown(r: BenchResults): string {
     r.converge.find((c) => c.operator === kind && c.n === n && c.repeat === 0);
   const runsOf = (kind: OperatorKind, n: number) =>
     r.converge.filter((c) => c.operator === kind && c.n === n && c.ok);
-  const med = (kind: OperatorKind, n: number, f: (c: ConvergeResult) => number | undefined) => {
-    const xs = runsOf(kind, n).map(f).filter((x): x is number => typeof x === "number")
+  const values = (kind: OperatorKind, n: number, f: (c: ConvergeResult) => number | undefined) =>
+    runsOf(kind, n).map(f).filter((x): x is number => typeof x === "number")
       .filter(Number.isFinite);
-    return xs.length ? median(xs) : undefined;
-  };
   const rows: (string | number)[][] = [];
   const row = (
     label: string,
-    a: number | undefined,
-    b: number | undefined,
+    a: number | number[] | undefined,
+    b: number | number[] | undefined,
     digits = 1,
   ) => {
+    const cell = (x: number | number[] | undefined) =>
+      Array.isArray(x) ? spread(x, digits) : fmt(x, digits);
+    const mid = (x: number | number[] | undefined) =>
+      Array.isArray(x) ? (x.length ? median(x) : undefined) : x;
     const known = (x: number | undefined) => typeof x === "number" && Number.isFinite(x);
-    if (known(a) || known(b)) rows.push([label, fmt(a, digits), fmt(b, digits), ratio(a, b)]);
+    if (known(mid(a)) || known(mid(b))) {
+      rows.push([label, cell(a), cell(b), ratio(mid(a), mid(b))]);
+    }
   };
+  // The start-up samples when recorded (the table shows their median and range), else the one figure.
+  const startupSeconds = (c: ConvergeResult | undefined) =>
+    c?.restart?.startupSamplesMs?.length
+      ? c.restart.startupSamplesMs.map((ms) => ms / 1000)
+      : (c?.restart?.startupMs ?? NaN) / 1000;
   for (const n of r.options.sizes) {
     const a = get("ours", n), b = get("peer", n);
     // The ceiling is the best of the concurrency levels tried.
     const ceil = r.ceiling.filter((c) => c.n === n)
       .sort((x, y) => y.writesPerSecond - x.writesPerSecond)[0];
     const both = (label: string, f: (c: ConvergeResult) => number | undefined, digits = 1) =>
-      row(label, med("ours", n, f), med("peer", n, f), digits);
+      row(label, values("ours", n, f), values("peer", n, f), digits);
     both(`Converge N=${n}: seconds to all Ready`, (c) => c.convergeSeconds);
     both(`Converge N=${n}: seconds to half Ready`, (c) => c.halfReadySeconds);
     both(`Converge N=${n}: apiserver requests`, (c) => c.convergeRequestsTotal, 0);
@@ -316,9 +325,19 @@ export function markdown(r: BenchResults): string {
     );
     row(`Idle N=${n}: RSS MiB (after steady state)`, mib(a?.rssIdleBytes), mib(b?.rssIdleBytes));
     row(
+      `Idle N=${n}: anonymous RSS MiB (heap, stacks; RssAnon)`,
+      mib(a?.memoryIdle?.split?.anonBytes),
+      mib(b?.memoryIdle?.split?.anonBytes),
+    );
+    row(
+      `Idle N=${n}: file-backed RSS MiB (executable code paged in)`,
+      mib(a?.memoryIdle?.split?.fileBytes),
+      mib(b?.memoryIdle?.split?.fileBytes),
+    );
+    row(
       `Start-up with N=${n} existing: seconds to /readyz (median of ${STARTUP_SAMPLES})`,
-      (a?.restart?.startupMs ?? NaN) / 1000,
-      (b?.restart?.startupMs ?? NaN) / 1000,
+      startupSeconds(a),
+      startupSeconds(b),
       2,
     );
     row(
@@ -338,11 +357,9 @@ export function markdown(r: BenchResults): string {
       2,
     );
   }
-  const fo = (kind: OperatorKind, sig: string) => {
-    const xs = r.failover.filter((f) => f.operator === kind && f.signal === sig && f.ok);
-    if (xs.length === 0) return undefined;
-    return xs.reduce((s, f) => s + f.toNewLeaderMs!, 0) / xs.length / 1000;
-  };
+  const fo = (kind: OperatorKind, sig: string) =>
+    r.failover.filter((f) => f.operator === kind && f.signal === sig && f.ok)
+      .map((f) => f.toNewLeaderMs! / 1000);
   for (const sig of ["SIGTERM", "SIGKILL"]) {
     if (r.failover.some((f) => f.signal === sig)) {
       row(
@@ -455,7 +472,9 @@ export function markdown(r: BenchResults): string {
       : `Steady state, N=${nMax}: no requests from either operator.`,
     "",
     r.converge.length > 0
-      ? `Converge runs in order of repeat (the table shows medians): ${convergeSamples.join(". ")}.`
+      ? `Converge runs in order of repeat (the table shows medians and min–max): ${
+        convergeSamples.join(". ")
+      }.`
       : "",
     "",
     r.converge.some((c) => c.restart?.startupSamplesMs)

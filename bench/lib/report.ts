@@ -57,6 +57,18 @@ export function fmt(x: number | undefined | null, digits = 1): string {
   return typeof x === "number" && Number.isFinite(x) ? x.toFixed(digits) : "–";
 }
 
+/**
+ * The median of `xs` with its range, e.g. `19.5 (18.1–26.5)`, each with `digits` decimals; one
+ * value alone without a range; "–" for none.
+ */
+export function spread(xs: number[], digits = 1): string {
+  if (xs.length === 0) return "–";
+  if (xs.length === 1) return fmt(xs[0], digits);
+  return `${fmt(median(xs), digits)} (${fmt(Math.min(...xs), digits)}–${
+    fmt(Math.max(...xs), digits)
+  })`;
+}
+
 /** ours / peer with two decimals, or "–". */
 export function ratio(ours: number | undefined | null, peer: number | undefined | null): string {
   if (typeof ours !== "number" || typeof peer !== "number" || !Number.isFinite(ours)) return "–";

@@ -336,17 +336,31 @@ export class ShardElector {
       return;
     }
     let count = held.length;
-    for (const k of this.#preference()) {
-      if (count >= fair || signal.aborted) break;
-      const s = this.#shards[k];
-      if (s.holding) continue;
-      const lease = byName.get(shardLeaseName(o.id, k));
-      if ((nextTry.get(k) ?? Infinity) > now) continue;
-      const previous = lease?.spec?.holderIdentity ?? "";
-      if (await s.elector.tryAcquireOrRenew(attempt())) {
-        count++;
-        this.#hold(s, previous ? "expired" : "free", previous, signal);
+    const candidates = this.#preference().filter((k) =>
+      !this.#shards[k].holding && (nextTry.get(k) ?? Infinity) <= now
+    );
+    // Takes what is missing of the share at once, in batches (the next candidates only for those
+    // a batch did not get): the shards of a batch start their work in one tick, so the informers
+    // restart once for all of them (ShardReflector coalesces the restarts), and no take waits
+    // for another's round trip.
+    for (let i = 0; i < candidates.length && count < fair && !signal.aborted;) {
+      const batch = candidates.slice(i, i + fair - count);
+      i += batch.length;
+      const tries = await Promise.allSettled(batch.map(async (k) => {
+        const s = this.#shards[k];
+        const previous = byName.get(shardLeaseName(o.id, k))?.spec?.holderIdentity ?? "";
+        return { s, previous, taken: await s.elector.tryAcquireOrRenew(attempt()) };
+      }));
+      let failure: { reason: unknown } | undefined;
+      for (const t of tries) {
+        if (t.status === "rejected") failure ??= t;
+        else if (t.value.taken) {
+          count++;
+          const { s, previous } = t.value;
+          this.#hold(s, previous ? "expired" : "free", previous, signal);
+        }
       }
+      if (failure) throw failure.reason;
     }
   }
 

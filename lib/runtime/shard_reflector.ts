@@ -49,6 +49,8 @@ export class ShardReflector<T extends KubeObject> implements InformerReflector {
   #current?: { reflector: InformerReflector; stop: AbortController; done: Promise<void> };
   /** Serializes restarts. */
   #chain: Promise<void> = Promise.resolve();
+  /** Restarts queued on {@link #chain} by {@link setHeld} and not begun yet. */
+  #queued = 0;
   #firstSync!: () => void;
   readonly #firstSynced: Promise<void>;
 
@@ -88,7 +90,8 @@ export class ShardReflector<T extends KubeObject> implements InformerReflector {
 
   /**
    * Sets the held shards. Objects of shards no longer held leave the store (without events);
-   * the reflector is restarted when a shard was added, or in `server` mode when the set changed.
+   * the reflector is restarted when a shard was added, or in `server` mode when the set changed;
+   * calls before a queued restart has begun share it (one relist for the newest set).
    * Resolves once the store holds every object of the held shards (the restarted reflector has
    * listed, or at once without a restart); rejects never.
    */
@@ -103,7 +106,10 @@ export class ShardReflector<T extends KubeObject> implements InformerReflector {
       // Not running yet: run() starts with the held set; otherwise nothing to list.
       return this.#signal === undefined ? this.#firstSynced : this.waitForCurrent();
     }
-    this.#chain = this.#chain.then(() => this.#restart());
+    // Restarts queued together (several shards taken in one round) make one reflector: each
+    // reads the held set when it begins, so all but the last would list for nothing.
+    this.#queued++;
+    this.#chain = this.#chain.then(() => --this.#queued > 0 ? undefined : this.#restart());
     return this.#chain.then(() => this.waitForCurrent());
   }
 

@@ -84,27 +84,27 @@ export async function detectShardMode(
  * {@link detectShardMode} until a target answers without error, waiting
  * {@link SHARD_PROBE_BACKOFF_MS} between tries (a failed probe, e.g. the apiserver not reachable
  * yet, must not fix client mode for the life of the process); after the last wait, the last
- * result (client mode). Undefined when `signal` aborts first.
+ * result (client mode). Undefined when `signal` aborts first. `detect` and `backoffMs` are
+ * {@link detectShardMode} and {@link SHARD_PROBE_BACKOFF_MS} unless a test replaces them.
  */
-async function probeShardMode(
+export async function probeShardMode(
   client: KubeClient,
   targets: { resource: ResourceType; namespace?: string }[],
   n: number,
   log: Logger,
   signal: AbortSignal,
+  detect: typeof detectShardMode = detectShardMode,
+  backoffMs: readonly number[] = SHARD_PROBE_BACKOFF_MS,
 ): Promise<ShardModeProbe | undefined> {
   let r: ShardModeProbe | undefined;
-  for (let i = 0; i <= SHARD_PROBE_BACKOFF_MS.length; i++) {
-    r = await detectShardMode(client, targets, n, signal);
+  for (let i = 0; i <= backoffMs.length; i++) {
+    r = await detect(client, targets, n, signal);
     if (signal.aborted) return undefined;
     const answered = r.served.length + r.notServed.length > 0 || targets.length === 0;
-    if (answered || i === SHARD_PROBE_BACKOFF_MS.length) break;
-    log.info("Shard selector probe failed; trying again", {
-      error: r.error,
-      inMs: SHARD_PROBE_BACKOFF_MS[i],
-    });
+    if (answered || i === backoffMs.length) break;
+    log.info("Shard selector probe failed; trying again", { error: r.error, inMs: backoffMs[i] });
     const waited = await new Promise<boolean>((resolve) => {
-      const t = setTimeout(() => resolve(true), SHARD_PROBE_BACKOFF_MS[i]);
+      const t = setTimeout(() => resolve(true), backoffMs[i]);
       signal.addEventListener("abort", () => {
         clearTimeout(t);
         resolve(false);
