@@ -36,7 +36,7 @@ import { AuditLog } from "./lib/audit.ts";
 import { benchClient, createNamespace, dropNamespace, installCrd } from "./lib/kube.ts";
 import { AGENT_PREFIX, buildPeer, warmOurs } from "./lib/operators.ts";
 import { importCosts, storeCosts } from "./lib/memory.ts";
-import { loadAverage, machineLine, writeSection } from "./lib/report.ts";
+import { loadAverage, machineLine, README_MD, writeSection } from "./lib/report.ts";
 import {
   BENCH_AGENT,
   CEILING_AGENT,
@@ -54,7 +54,7 @@ import {
 } from "./lib/options.ts";
 import { type BenchResults, versions } from "./lib/results.ts";
 import { shardedRuns } from "./lib/sharded.ts";
-import { markdown, plotConverge, writeDocsPlot } from "./lib/render.ts";
+import { markdown, plotConverge, summaryMarkdown, writeDocsPlot } from "./lib/render.ts";
 
 async function main(): Promise<number> {
   let o: BenchOptions;
@@ -134,6 +134,8 @@ async function publish(o: BenchOptions, r: BenchResults): Promise<void> {
   if (o.markdown) {
     await writeDocsPlot(r);
     await writeSection("bench:run", md);
+    // The converge tables only: a run of other scenarios leaves the README's summary as it was.
+    if (r.converge.length > 0) await writeSection("bench:summary", summaryMarkdown(r), README_MD);
   }
 }
 

@@ -257,8 +257,39 @@ export function memoryMarkdown(r: BenchResults): string {
   return parts.join("\n");
 }
 
-/** The BENCHMARKS.md section of this benchmark. */
-export function markdown(r: BenchResults): string {
+/**
+ * One row of the scenario table: the cells (median, and min–max when there were several runs),
+ * the ratio of the medians, ours / peer, and whether ours is behind on it.
+ */
+export interface ScenarioRow {
+  /** The row's label, with `N=<n>` for a per-size row. */
+  label: string;
+  /** The size of a per-size row. */
+  n?: number;
+  /** Ours' cell. */
+  ours: string;
+  /** The peer's cell. */
+  peer: string;
+  /** ours / peer of the medians, two decimals, or "–". */
+  ratio: string;
+  /** The medians (undefined when unknown). */
+  oursValue?: number;
+  /** The peer's median. */
+  peerValue?: number;
+  /**
+   * Ours is behind: the ratio above 1.00 (time, requests, memory, CPU: lower is better), or below
+   * 1.00 for a share of the ceiling (higher is better).
+   */
+  behind: boolean;
+}
+
+/** Whether a higher value is better on the row `label` (shares of the ceiling). */
+function higherIsBetter(label: string): boolean {
+  return label.includes("% of the ceiling");
+}
+
+/** The rows of the scenario table of `r` (see {@link ScenarioRow}), in table order. */
+export function scenarioRows(r: BenchResults): ScenarioRow[] {
   // Steady state, memory and start-up: the full run; converge measures: median of the repeats.
   const get = (kind: OperatorKind, n: number) =>
     r.converge.find((c) => c.operator === kind && c.n === n && c.repeat === 0);
@@ -267,7 +298,7 @@ export function markdown(r: BenchResults): string {
   const values = (kind: OperatorKind, n: number, f: (c: ConvergeResult) => number | undefined) =>
     runsOf(kind, n).map(f).filter((x): x is number => typeof x === "number")
       .filter(Number.isFinite);
-  const rows: (string | number)[][] = [];
+  const rows: ScenarioRow[] = [];
   const row = (
     label: string,
     a: number | number[] | undefined,
@@ -280,7 +311,21 @@ export function markdown(r: BenchResults): string {
       Array.isArray(x) ? (x.length ? median(x) : undefined) : x;
     const known = (x: number | undefined) => typeof x === "number" && Number.isFinite(x);
     if (known(mid(a)) || known(mid(b))) {
-      rows.push([label, cell(a), cell(b), ratio(mid(a), mid(b))]);
+      const q = ratio(mid(a), mid(b));
+      const x = q === "∞" ? Infinity : Number(q);
+      const n = /N=(\d+)/.exec(label)?.[1];
+      rows.push({
+        label,
+        n: n === undefined ? undefined : Number(n),
+        ours: cell(a),
+        peer: cell(b),
+        ratio: q,
+        oursValue: mid(a),
+        peerValue: mid(b),
+        behind: Number.isFinite(x) || x === Infinity
+          ? (higherIsBetter(label) ? x < 1 : x > 1)
+          : false,
+      });
     }
   };
   // The start-up samples when recorded (the table shows their median and range), else the one figure.
@@ -297,6 +342,7 @@ export function markdown(r: BenchResults): string {
       row(label, values("ours", n, f), values("peer", n, f), digits);
     both(`Converge N=${n}: seconds to all Ready`, (c) => c.convergeSeconds);
     both(`Converge N=${n}: seconds to half Ready`, (c) => c.halfReadySeconds);
+    both(`Converge N=${n}: seconds to the first AppService Ready`, (c) => c.firstReadySeconds, 2);
     both(`Converge N=${n}: apiserver requests`, (c) => c.convergeRequestsTotal, 0);
     both(`Converge N=${n}: writes per AppService`, (c) => c.writesPerAppService, 2);
     both(`Converge N=${n}: CPU seconds (user+system)`, (c) => c.cpuSecondsConverge, 2);
@@ -370,6 +416,86 @@ export function markdown(r: BenchResults): string {
       );
     }
   }
+  return rows;
+}
+
+/**
+ * Rows the README summary always shows (labels with `N` for the size); every other row of the
+ * scenario table joins them when ours is behind on it at some size.
+ */
+const SUMMARY_ROWS = [
+  "Converge N: seconds to all Ready",
+  "Converge N: seconds to the first AppService Ready",
+  "Converge N: writes per AppService",
+  "Converge N: CPU seconds (user+system)",
+  "Converge N: AppServices/s as % of the ceiling's",
+  "Steady N: requests per minute",
+  "Idle N: RSS MiB (after steady state)",
+  "Idle N: anonymous RSS MiB (heap, stacks; RssAnon)",
+  "Start-up with N existing: seconds to /readyz",
+  "Start-up with 0 existing (before the N runs): seconds to /readyz",
+  "Failover after SIGTERM of the leader: seconds to a new leader",
+  "Failover after SIGKILL of the leader: seconds to a new leader",
+];
+
+/**
+ * The README's benchmark summary (section `bench:summary`) of `r`: per measure and size, ours vs
+ * the peer (medians) and the ratio, **bold** where ours is behind; the rows of
+ * {@link SUMMARY_ROWS} and every other row of the scenario table on which ours is behind, so the
+ * summary never hides where ours loses.
+ */
+export function summaryMarkdown(r: BenchResults): string {
+  const rows = scenarioRows(r);
+  const key = (label: string) => label.replace(/N=\d+/, "N");
+  const always = (k: string) => SUMMARY_ROWS.some((s) => k.startsWith(s));
+  const keys: string[] = [];
+  for (const x of rows) {
+    const k = key(x.label);
+    if (!keys.includes(k) && (always(k) || rows.some((y) => key(y.label) === k && y.behind))) {
+      keys.push(k);
+    }
+  }
+  const median = (cell: string) => cell.split(" (")[0];
+  const show = (x: ScenarioRow | undefined) => {
+    if (!x) return "—";
+    const text = `${median(x.ours)} vs ${median(x.peer)} (${x.ratio}×)`;
+    return x.behind ? `**${text}**` : text;
+  };
+  const sizes = r.options.sizes;
+  const perSize = keys.filter((k) => rows.some((x) => key(x.label) === k && x.n !== undefined));
+  const single = keys.filter((k) => !perSize.includes(k));
+  const repeats = r.options.repeats;
+  const parts = [
+    `From \`${r.command}\` (${r.startedAt.slice(0, 10)}; ${
+      repeats > 1 ? `medians of ${repeats} runs, min–max in BENCHMARKS.md` : "one run"
+    }). Each cell: ours vs the peer (ours/peer); **bold**: ours is behind. Every row of the full ` +
+    "table on which ours is behind at some size is here.",
+    "",
+    table(
+      ["measure", ...sizes.map((n) => `N = ${n}`)],
+      perSize.map((k) => [
+        k.replace(/ N:/, ":"),
+        ...sizes.map((n) => show(rows.find((x) => x.n === n && key(x.label) === k))),
+      ]),
+    ),
+  ];
+  if (single.length > 0) {
+    parts.push(
+      "",
+      table(
+        ["measure", "ours vs peer"],
+        single.map((k) => [k, show(rows.find((x) => x.label === k))]),
+      ),
+    );
+  }
+  return parts.join("\n");
+}
+
+/** The BENCHMARKS.md section of this benchmark. */
+export function markdown(r: BenchResults): string {
+  const get = (kind: OperatorKind, n: number) =>
+    r.converge.find((c) => c.operator === kind && c.n === n && c.repeat === 0);
+  const rows = scenarioRows(r).map((x) => [x.label, x.ours, x.peer, x.ratio]);
   const samples = (kind: OperatorKind, sig: string) =>
     r.failover.filter((f) => f.operator === kind && f.signal === sig)
       .map((f) => (f.ok ? fmt(f.toNewLeaderMs! / 1000, 2) : "failed")).join(", ");

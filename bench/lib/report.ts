@@ -21,29 +21,43 @@ for rates and shares of the ceiling, above 1 means ours did more.
 
 `;
 
-/** Replaces (or appends) the section `name` of BENCHMARKS.md with `body`. */
-export async function writeSection(name: string, body: string): Promise<void> {
+/** README.md, whose benchmark summary `deno task bench` rewrites (section `bench:summary`). */
+export const README_MD: string = join(REPO, "README.md");
+
+/**
+ * Replaces the section `name` (between `<!-- name:begin -->` and `<!-- name:end -->`) of `file`
+ * (default BENCHMARKS.md) with `body`. A section BENCHMARKS.md lacks is appended (the file is
+ * created with its header when missing); in any other file a missing section is left out and
+ * false returned. The file is then formatted with `deno fmt` (it aligns Markdown tables).
+ */
+export async function writeSection(
+  name: string,
+  body: string,
+  file: string = BENCHMARKS_MD,
+): Promise<boolean> {
   const begin = `<!-- ${name}:begin -->`;
   const end = `<!-- ${name}:end -->`;
-  let text = HEADER;
+  let text = file === BENCHMARKS_MD ? HEADER : "";
   try {
-    text = await Deno.readTextFile(BENCHMARKS_MD);
+    text = await Deno.readTextFile(file);
   } catch (err) {
     if (!(err instanceof Deno.errors.NotFound)) throw err;
   }
   const block = `${begin}\n${body.trim()}\n${end}`;
   const i = text.indexOf(begin), j = text.indexOf(end);
   if (i >= 0 && j > i) text = text.slice(0, i) + block + text.slice(j + end.length);
-  else text = `${text.trimEnd()}\n\n${block}\n`;
-  await Deno.writeTextFile(BENCHMARKS_MD, text.trimEnd() + "\n");
+  else if (file === BENCHMARKS_MD) text = `${text.trimEnd()}\n\n${block}\n`;
+  else return false;
+  await Deno.writeTextFile(file, text.trimEnd() + "\n");
   // Keep `deno fmt --check` clean (it aligns Markdown tables).
   await new Deno.Command(Deno.execPath(), {
-    args: ["fmt", "--quiet", BENCHMARKS_MD],
+    args: ["fmt", "--quiet", file],
     cwd: REPO,
     stdin: "null",
     stdout: "null",
     stderr: "null",
   }).output().catch(() => {});
+  return true;
 }
 
 /** A Markdown table. */
