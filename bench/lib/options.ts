@@ -32,6 +32,8 @@ export interface BenchOptions {
   ceilingConcurrency: number[];
   convergeTimeoutSeconds: number;
   failoverRuns: number;
+  /** Scenario sharded: with the ShardedListAndWatch gate on, off, or both (`--sharded-gate`). */
+  shardedGates: boolean[];
   clusterDir: string;
   /** Extra `deno run` flags for ours (experiments, e.g. V8 flags), after deno task start's. */
   oursDenoFlags: string[];
@@ -69,6 +71,8 @@ export const USAGE = `usage: deno task bench [flags]
   --ceiling-concurrency 16       in-flight writes of the ceiling client; a list (4,16,64)
                                  runs each level and takes the best as the ceiling
   --converge-timeout-seconds 900 a run that does not converge within this fails (exit 1)
+  --sharded-gate both            scenario sharded with the ShardedListAndWatch gate on,
+                                 off or both
   --failover-runs 2              repetitions of each failover case (the table shows the
                                  median and min–max)
   --ours-deno-flags "FLAGS"      extra deno run flags for ours, after deno task start's
@@ -81,6 +85,14 @@ export const USAGE = `usage: deno task bench [flags]
                                  it is bound to ours' converge namespaces, never the peer's)
   --no-markdown                  do not rewrite BENCHMARKS.md
   --from-json FILE               only re-render BENCHMARKS.md and the plots from a results JSON`;
+/** `--sharded-gate`: `on`, `off` or `both` (gate on first). @throws Error for anything else. */
+function shardedGates(v: string): boolean[] {
+  if (v === "on") return [true];
+  if (v === "off") return [false];
+  if (v === "both") return [true, false];
+  throw new Error(`--sharded-gate: "${v}" is not one of on, off, both`);
+}
+
 /** Parses argv. @throws Error for malformed flags. */
 export function parseBenchArgs(args: string[]): BenchOptions {
   const { values } = parseArgs({
@@ -97,6 +109,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
       "ceiling-concurrency": { type: "string", default: "16" },
       "converge-timeout-seconds": { type: "string", default: "900" },
       "failover-runs": { type: "string", default: "2" },
+      "sharded-gate": { type: "string", default: "both" },
       "cluster-dir": { type: "string", default: join(stateDir(), "bench-cluster") },
       "ours-deno-flags": { type: "string", default: "" },
       "reuse-cluster": { type: "boolean", default: false },
@@ -148,6 +161,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
       7200,
     ),
     failoverRuns: intFlag("failover-runs", values["failover-runs"], 0, 20),
+    shardedGates: shardedGates(values["sharded-gate"]),
     clusterDir: values["cluster-dir"],
     oursDenoFlags: values["ours-deno-flags"].split(/\s+/).filter(Boolean),
     reuseCluster: values["reuse-cluster"],

@@ -120,13 +120,28 @@ async function selectionOf(procs: OperatorProcess[]): Promise<ShardedResult["sel
   return [...modes][0] as ShardedResult["selection"];
 }
 
-/** Scenario sharded for size `n`: gate on (a control plane of its own) and off (`info`'s). */
+/**
+ * Scenario sharded for size `n`, for each of `o.shardedGates`: gate on (a control plane of its
+ * own) and off (`info`'s).
+ */
 export async function shardedRuns(
   n: number,
   o: BenchOptions,
   info: ClusterInfo,
   admin: KubeClient,
 ): Promise<ShardedResult[]> {
+  const out: ShardedResult[] = [];
+  if (o.shardedGates.includes(true)) out.push(...await gatedRuns(n, o));
+  if (o.shardedGates.includes(false)) {
+    for (const replicas of [1, SHARDED_REPLICAS]) {
+      out.push(await shardedRun(n, false, replicas, o, info, admin));
+    }
+  }
+  return out;
+}
+
+/** The runs of size `n` on a control plane of their own with `ShardedListAndWatch` on. */
+async function gatedRuns(n: number, o: BenchOptions): Promise<ShardedResult[]> {
   const out: ShardedResult[] = [];
   const dir = join(stateDir(), "bench-sharded-cluster");
   log("sharded: starting a control plane with ShardedListAndWatch on", { dir });
@@ -145,9 +160,6 @@ export async function shardedRuns(
     gatedAdmin.close();
     log("sharded: stopping the gated control plane");
     await stopCluster(dir).catch((err) => log("stop failed", { error: String(err) }));
-  }
-  for (const replicas of [1, SHARDED_REPLICAS]) {
-    out.push(await shardedRun(n, false, replicas, o, info, admin));
   }
   return out;
 }
