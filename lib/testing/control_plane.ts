@@ -99,7 +99,8 @@ export interface AuditEventsOptions {
 }
 
 /**
- * One event of the audit log (audit.k8s.io/v1 `Event`, Metadata level, stage
+ * One event of the audit log (audit.k8s.io/v1 `Event`, Metadata level — Request level for Lease
+ * writes outside kube-system and kube-node-lease — stage
  * `ResponseComplete` or `Panic`): the fields most tests read; the rest of the line is kept.
  */
 export interface AuditEvent {
@@ -128,6 +129,11 @@ export interface AuditEvent {
   requestReceivedTimestamp?: string;
   /** When this stage was reached (RFC 3339, microseconds). */
   stageTimestamp: string;
+  /**
+   * The body the request sent, as decoded: only for Lease writes (create, update, patch) outside
+   * kube-system and kube-node-lease, which the audit policy logs at Request level.
+   */
+  requestObject?: unknown;
   /** e.g. `authorization.k8s.io/decision`: `allow` or `forbid`. */
   annotations?: Record<string, string>;
   /** Any other field of the event. */
@@ -201,7 +207,10 @@ export class ControlPlane implements AsyncDisposable {
     return this.info.caCertFile;
   }
 
-  /** The apiserver's audit log: one JSON event per line, every request at Metadata level. */
+  /**
+   * The apiserver's audit log: one JSON event per line, every request at Metadata level; Lease
+   * writes outside kube-system and kube-node-lease at Request level (with `requestObject`).
+   */
   get auditLogFile(): string {
     return join(this.info.dir, "audit.log");
   }
@@ -357,7 +366,8 @@ export class ControlPlane implements AsyncDisposable {
   /**
    * The audit log's events, oldest first, filtered by `opts` (time, user agent, user). A partial
    * last line (being written) is skipped. The log holds every request since the start, at
-   * Metadata level (no bodies), stage `ResponseComplete` (and `Panic`).
+   * Metadata level (no bodies; Lease writes outside the system namespaces with their request
+   * body), stage `ResponseComplete` (and `Panic`).
    * @throws Error when the log cannot be read (e.g. the folder was removed)
    */
   async auditEvents(opts: AuditEventsOptions = {}): Promise<AuditEvent[]> {

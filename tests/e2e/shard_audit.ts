@@ -4,12 +4,13 @@
  * log, and whether every write of a replica to a namespaced object went to a namespace of a shard
  * it held at that moment.
  *
- * The audit log (Metadata level) names the user and the times of each Lease write but holds no
- * body, so the holder each successful write stored comes from a watch of the Leases: for one
- * Lease, its successful writes in the order the apiserver completed them and the versions the
- * watch delivered are the same sequence (every write changes `renewTime`, so each is a new
- * version), and {@link joinLeaseWrites} pairs them — checking both the counts and that each
- * version's holder is the writer itself, a release (no holder) or the writer's handover marker.
+ * The audit log names the user and the times of each Lease write and (Request level for Leases)
+ * the body it sent; a watch of the Leases records every version stored. Every write sets a new
+ * `renewTime`, so a version's spec names the one write that sent it, and {@link joinLeaseWrites}
+ * pairs them by it — whatever the write's answer (a writer killed mid-request has its version
+ * stored and a 504 in the log) — checking that every version has its write, every write answered
+ * 2xx its version, and that each version's holder is the writer itself, a release (no holder) or
+ * the writer's handover marker.
  *
  * Shard of a namespace (the operator's contract, issue 30): h = 64-bit FNV-1a of the namespace
  * name; bounds b_k = floor(k·2^64/N); shard k holds b_k ≤ h < b_{k+1}.
@@ -296,14 +297,39 @@ export async function recordLeases(client: KubeClient, namespace: string): Promi
   };
 }
 
+/** The fields of a Lease spec that tell one write from another (each write sets `renewTime`). */
+function specKey(spec: unknown): string | undefined {
+  if (!spec || typeof spec !== "object") return undefined;
+  const sp = spec as Record<string, unknown>;
+  const t = (v: unknown) => typeof v === "string" && v !== "" ? microTimeMs(v).toFixed(3) : "";
+  return JSON.stringify([
+    sp.holderIdentity ?? "",
+    t(sp.renewTime),
+    t(sp.acquireTime),
+    sp.leaseTransitions ?? 0,
+    sp.leaseDurationSeconds ?? 0,
+  ]);
+}
+
+/** The key ({@link specKey}) of the Lease spec a write event sent, from its `requestObject`. */
+function sentKey(e: AuditEvent): string | undefined {
+  const body = e.requestObject as { spec?: unknown } | undefined;
+  return specKey(body?.spec);
+}
+
 /**
- * Pairs each shard Lease's successful writes in the audit log (create, update or patch answered
- * 2xx, not a dry run, completed after the recording began) with the versions the watch recorded,
- * in order.
+ * Pairs each stored version of each shard Lease (as the watch recorded them, in order) with the
+ * write in the audit log that stored it: the write whose request body (`requestObject`; the local
+ * control plane logs Lease writes at Request level) sent that version's spec. A write counts
+ * whatever its answer: a writer killed, or a request aborted, after the apiserver took it is
+ * answered 504 in the log while its version is stored. Each write stores at most one version.
  * @param sinceMs when the recording began ({@link recordLeases}, before any shard Lease existed)
- * @returns the writes with their holders, and one line per Lease whose records disagree (count,
- *   or a holder that is not its writer, a release or the writer's marker): the join's positive
- *   control — an empty list is required before the intervals mean anything
+ * @returns the writes with their holders, in the order of the versions; `lostAnswers`, one line per
+ *   version whose write was not answered 2xx; and `mismatches`, one line per disagreement — a
+ *   version no write sent, a write answered 2xx that stored no version, a write refused (4xx) that
+ *   stored one, a write without its body, or a holder that is not its writer, a release (no
+ *   holder) or the writer's handover marker. The join's positive control: an empty `mismatches`
+ *   is required before the intervals mean anything.
  */
 export function joinLeaseWrites(
   events: AuditEvent[],
@@ -312,32 +338,55 @@ export function joinLeaseWrites(
   leaseNamespace: string,
   sinceMs: number,
   userOf: (identity: string) => string = podOfIdentity,
-): { writes: LeaseWrite[]; mismatches: string[] } {
+): { writes: LeaseWrite[]; mismatches: string[]; lostAnswers: string[] } {
   const writes: LeaseWrite[] = [];
   const mismatches: string[] = [];
+  const lostAnswers: string[] = [];
   const byName = new Map<string, AuditEvent[]>();
   for (const e of events) {
     const name = e.objectRef?.name ?? "";
     if (
       e.objectRef?.resource !== "leases" || e.objectRef.namespace !== leaseNamespace ||
       shardOfLease(leaseId, name) === undefined || !isWrite(e) ||
-      (e.responseStatus?.code ?? 0) >= 300 || microTimeMs(e.stageTimestamp) < sinceMs
+      microTimeMs(e.stageTimestamp) < sinceMs
     ) continue;
     byName.set(name, [...byName.get(name) ?? [], e]);
   }
-  for (const [name, evs] of byName) {
+  const names = new Set(
+    [...byName.keys(), ...record.keys()].filter((n) => shardOfLease(leaseId, n) !== undefined),
+  );
+  const code = (e: AuditEvent) => e.responseStatus?.code ?? 0;
+  const describe = (e: AuditEvent) =>
+    `${e.verb} by ${e.user?.username ?? "?"} received ${iso(receivedMs(e))} -> ${code(e)}`;
+  for (const name of [...names].sort()) {
     const shard = shardOfLease(leaseId, name)!;
-    evs.sort((a, b) => microTimeMs(a.stageTimestamp) - microTimeMs(b.stageTimestamp));
-    const versions = record.get(name) ?? [];
-    if (versions.length !== evs.length) {
-      mismatches.push(
-        `${name}: ${evs.length} writes in the audit log, ${versions.length} versions`,
-      );
-      continue;
+    const evs = (byName.get(name) ?? []).sort((a, b) =>
+      microTimeMs(a.stageTimestamp) - microTimeMs(b.stageTimestamp)
+    );
+    for (const e of evs) {
+      if (sentKey(e) === undefined) {
+        mismatches.push(`${name}: ${describe(e)} has no request body in the audit log`);
+      }
     }
-    for (const [i, e] of evs.entries()) {
-      const holder = versions[i].spec?.holderIdentity ?? "";
+    const used = new Set<AuditEvent>();
+    for (const [i, v] of (record.get(name) ?? []).entries()) {
+      const key = specKey(v.spec);
+      const holder = v.spec?.holderIdentity ?? "";
+      const e = evs.find((x) => !used.has(x) && sentKey(x) === key);
+      if (!e) {
+        mismatches.push(
+          `${name}: version ${i} (holder "${holder}", renewTime ${v.spec?.renewTime}) ` +
+            `was sent by no write in the audit log`,
+        );
+        continue;
+      }
+      used.add(e);
       const user = e.user?.username ?? "";
+      if (code(e) >= 300) {
+        if (code(e) < 500) {
+          mismatches.push(`${name}: version ${i} stored by a refused ${describe(e)}`);
+        } else lostAnswers.push(`${name}: version ${i} stored by ${describe(e)}`);
+      }
       const own = holder === "" || userOf(holder) === user ||
         (holder.startsWith("handover:") && holder.includes(`${user}.`));
       if (!own) mismatches.push(`${name}: write ${i} by ${user} stored holder ${holder}`);
@@ -349,8 +398,13 @@ export function joinLeaseWrites(
         completedMs: microTimeMs(e.stageTimestamp),
       });
     }
+    for (const e of evs) {
+      if (!used.has(e) && code(e) >= 200 && code(e) < 300) {
+        mismatches.push(`${name}: ${describe(e)} stored no version the watch saw`);
+      }
+    }
   }
-  return { writes, mismatches };
+  return { writes, mismatches, lostAnswers };
 }
 
 /** The writes of `users` to namespaced objects outside `excludeNamespace`, from the audit log. */
