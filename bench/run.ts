@@ -53,7 +53,7 @@ import {
   USAGE,
 } from "./lib/options.ts";
 import { type BenchResults, versions } from "./lib/results.ts";
-import { shardedRuns } from "./lib/sharded.ts";
+import { shardedMarkdown, shardedRuns } from "./lib/sharded.ts";
 import { markdown, plotConverge, summaryMarkdown, writeDocsPlot } from "./lib/render.ts";
 
 async function main(): Promise<number> {
@@ -129,6 +129,26 @@ async function rerender(o: BenchOptions, file: string): Promise<number> {
 
 /** Prints the BENCHMARKS.md section of `r`; with `--markdown` (the default) also writes it and the docs plot. */
 async function publish(o: BenchOptions, r: BenchResults): Promise<void> {
+  // A run of the sharded scenario alone has a section of its own, so it leaves the side-by-side
+  // run's section as it was.
+  const shardedOnly = (r.sharded?.length ?? 0) > 0 && r.converge.length === 0 &&
+    r.ceiling.length === 0 && r.failover.length === 0;
+  if (shardedOnly) {
+    const md = [
+      "## Sharded benchmark (`deno task bench --scenarios sharded`)",
+      "",
+      `Command: \`${r.command}\``,
+      "",
+      `Run ${r.startedAt} on ${r.machine} (at the start). Versions: ${
+        Object.entries(r.versions).map(([k, v]) => `${k} ${v}`).join(", ")
+      }.`,
+      "",
+      shardedMarkdown(r.sharded),
+    ].join("\n");
+    console.log(md);
+    if (o.markdown) await writeSection("bench:sharded", md);
+    return;
+  }
   const md = markdown(r);
   console.log(md);
   if (o.markdown) {

@@ -40,6 +40,7 @@ import {
 } from "./kube.ts";
 import { type OperatorProcess, type OperatorSettings, startOperatorProcess } from "./operators.ts";
 import { fmt, median, table } from "./report.ts";
+import { rssSplit } from "./memory.ts";
 import { type BenchOptions, PODS_PER_NODE } from "./options.ts";
 import { BENCH_AGENT, log } from "./scenarios.ts";
 
@@ -70,6 +71,11 @@ export interface ShardedResult {
   convergeSeconds?: number;
   /** RSS of each replica at idle after converging, bytes. */
   rssBytes?: number[];
+  /** The same RSS split: anonymous (heap, stacks) and file-backed (the executable), bytes. */
+  anonBytes?: number[];
+  fileBytes?: number[];
+  /** CPU seconds (user + system) of each replica from its start to idle after converging. */
+  cpuSeconds?: number[];
   /** Failover (3 replicas): SIGKILL of one, then every AppService changed. */
   failover?: {
     /** AppServices in the shards the killed replica held. */
@@ -243,6 +249,10 @@ async function shardedRun(
     log("sharded: all Ready", { n, gate, replicas, seconds: res.convergeSeconds });
     await sleep(o.settleSeconds * 1000);
     res.rssBytes = procs.map((p) => p.sample()?.rssBytes ?? NaN);
+    const splits = procs.map((p) => rssSplit(p.pid));
+    res.anonBytes = splits.map((x) => x?.anonBytes ?? NaN);
+    res.fileBytes = splits.map((x) => x?.fileBytes ?? NaN);
+    res.cpuSeconds = procs.map((p) => p.sample()?.cpuSeconds ?? NaN);
     if (replicas > 1) res.failover = await failover(n, namespaces, leNs, leaseId, procs, admin);
     res.ok = true;
     return res;
@@ -339,6 +349,10 @@ export function shardedMarkdown(results: ShardedResult[] | undefined): string {
     r.rssBytes?.length
       ? (r.replicas === 1 ? mib(r.rssBytes[0]) : `${mib(median(r.rssBytes))} (median)`)
       : "–",
+    r.anonBytes?.length && r.fileBytes?.length
+      ? `${mib(median(r.anonBytes))} / ${mib(median(r.fileBytes))}`
+      : "–",
+    r.cpuSeconds?.length ? fmt(r.cpuSeconds.reduce((a, b) => a + b, 0), 1) : "–",
     r.failover
       ? `${r.failover.reconciledBeforeExpiry}/${r.n} (${
         r.n - r.failover.inKilledShards
@@ -358,10 +372,42 @@ export function shardedMarkdown(results: ShardedResult[] | undefined): string {
         "shard selection (start-up line)",
         "converge s",
         "RSS MiB per replica",
+        "of it anonymous / file-backed MiB",
+        "CPU s, all replicas",
         "after SIGKILL of one: reconciled before its lease ran out",
         "all reconciled, s after the kill",
       ],
       rows,
     ),
+    "",
+    shardedRatios(results),
   ].join("\n");
+}
+
+/**
+ * One line per gate and size with both runs: 3 replicas against the single leader — RSS per
+ * replica (median), its anonymous part, converge seconds and CPU seconds of all replicas together.
+ */
+function shardedRatios(results: ShardedResult[]): string {
+  const lines: string[] = [];
+  for (const r3 of results.filter((r) => r.replicas > 1 && r.ok)) {
+    const r1 = results.find((r) => r.replicas === 1 && r.ok && r.n === r3.n && r.gate === r3.gate);
+    if (!r1) continue;
+    const ratio = (a: number | undefined, b: number | undefined) =>
+      a !== undefined && b !== undefined && Number.isFinite(a / b) ? `${fmt(a / b, 2)}×` : "–";
+    const med = (xs: number[] | undefined) => xs?.length ? median(xs) : undefined;
+    const sum = (xs: number[] | undefined) =>
+      xs?.length ? xs.reduce((a, b) => a + b, 0) : undefined;
+    lines.push(
+      `- N=${r3.n}, gate ${r3.gate ? "on" : "off"}, ${r3.replicas} replicas / 1: RSS per replica ` +
+        `${ratio(med(r3.rssBytes), med(r1.rssBytes))}, anonymous ${
+          ratio(med(r3.anonBytes), med(r1.anonBytes))
+        }, converge ${ratio(r3.convergeSeconds, r1.convergeSeconds)}, CPU of all replicas ${
+          ratio(sum(r3.cpuSeconds), sum(r1.cpuSeconds))
+        }; reconciled before the killed replica's lease ran out ${
+          r3.failover ? `${fmt((100 * r3.failover.reconciledBeforeExpiry) / r3.n, 0)}%` : "–"
+        }.`,
+    );
+  }
+  return lines.join("\n");
 }
