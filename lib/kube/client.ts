@@ -27,7 +27,7 @@ import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { ClusterConfig } from "./config.ts";
 import { ConnectionHealth, type Recovery } from "./connection.ts";
 import { CREDENTIAL_FILE_CHECK_MS, CredentialProvider } from "./credentials.ts";
-import { type ApiError, ConfigError, type Status } from "./errors.ts";
+import { type ApiError, ConfigError, isUnreachable, type Status } from "./errors.ts";
 import { listInPages } from "./pager.ts";
 import {
   type CallOptions,
@@ -391,7 +391,21 @@ export class KubeClient {
 
   async #json<T>(req: RawRequest): Promise<T> {
     const resp = await this.#sender.send(req);
-    return await resp.json() as T;
+    return await this.#read(req, () => resp.json() as Promise<T>);
+  }
+
+  /**
+   * Reads the body of an answer with `read`; a body that breaks off is a failure of the path
+   * (Transport.bodyFailed: the health is told, an {@link UnreachableError} is thrown), so that
+   * callers see one kind of error for an outage whether it cut a request before or during its
+   * answer.
+   */
+  async #read<T>(req: RawRequest, read: () => Promise<T>): Promise<T> {
+    try {
+      return await read();
+    } catch (err) {
+      throw this.#transport.bodyFailed(req, err);
+    }
   }
 
   /**
@@ -402,9 +416,15 @@ export class KubeClient {
     if (response === "full") return await this.#json<T>(req);
     const out: OutgoingRequest = { ...req, accept: METADATA_ACCEPT };
     const resp = await this.#sender.send(out);
-    if (response === "metadata") return await resp.json() as T;
+    if (response === "metadata") return await this.#read(out, () => resp.json() as Promise<T>);
     // Read to the end, not cancelled: docs/design/client.md, "Answers not read".
-    await resp.arrayBuffer();
+    try {
+      await resp.arrayBuffer();
+    } catch (err) {
+      // The write was done (a 2xx answer); only the body nobody reads was lost.
+      const error = this.#transport.bodyFailed(out, err);
+      if (!isUnreachable(error)) throw error;
+    }
     return undefined;
   }
 

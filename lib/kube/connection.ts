@@ -3,8 +3,8 @@
  * request reports whether an answer came (any HTTP status, or bytes of a watch stream) or not (a
  * network error, a timeout, a TLS failure, a watch stream broken or silent past its bound).
  *
- * States: `healthy` → (a request got no answer) `failing` → (a request got an answer)
- * `healthy`, with a {@link Recovery} event. While failing, a probe (one small request through the
+ * States: `healthy` → (a request got no answer) `failing` → (a request sent since got an
+ * answer) `healthy`, with a {@link Recovery} event. While failing, a probe (one small request through the
  * same client, so the same HTTP client, TLS trust and network path) goes out every
  * {@link PROBE_INTERVAL_MS} (jittered, each bounded by {@link PROBE_TIMEOUT_MS}), so that a
  * recovery is noticed even when nothing else is being sent, as on a replica whose only traffic is
@@ -197,12 +197,15 @@ export class ConnectionHealth {
   }
 
   /**
-   * A request sent at `sentAtMs` got an answer (headers of any status, or watch bytes). Ends a
-   * failing episode with a `recovered` event. Cheap while healthy.
+   * A request sent at `sentAtMs` got an answer (headers of any status). Ends a failing episode
+   * with a `recovered` event when the request was sent after the episode began: an answer to a
+   * request sent before it (already on its way, or in the socket's buffer when the connection
+   * was cut) says nothing about the path now, and ending the episode on it would make one outage
+   * two, each with its own report. Cheap while healthy.
    */
   succeeded(sentAtMs: number): void {
     const f = this.#failing;
-    if (!f) return;
+    if (!f || sentAtMs <= f.sinceMs) return;
     this.#failing = undefined;
     this.#stopTimers();
     this.#emit({

@@ -444,6 +444,36 @@ export class Transport {
   }
 
   /**
+   * The body of an answer broke off while it was read (its headers had come, so the health was
+   * told of an answer): the path failed after all, and a connection cut mid-answer is as often
+   * the first sign of an outage as a refused connect. Tells the health and returns the error to
+   * throw: an {@link UnreachableError} (kind `timeout` when the request's own time bound ran out,
+   * which also drops pooled connections) for a failure of the path; `err` unchanged for anything
+   * else (the caller's abort, the write fence's, a body that is not JSON).
+   * @param req the request whose answer was being read
+   * @param err what reading the body threw (Deno's fetch: a `TypeError` such as `error reading a
+   *   body from connection`; a `TimeoutError` from the request's timeout signal)
+   */
+  bodyFailed(req: Pick<RawRequest, "method" | "path" | "signal">, err: unknown): unknown {
+    if (req.signal?.aborted) return err;
+    const timeout = isTimeout(err);
+    if (!(err instanceof TypeError) && !timeout) return err;
+    const reason = timeout
+      ? `no complete answer within ${this.#o.requestTimeoutMs / 1000} s`
+      : `the connection broke while the answer was read: ${networkErrorReason(err)}`;
+    const error = new UnreachableError(
+      `${req.method} ${req.path}`,
+      this.#o.route.host,
+      this.#o.route.proxy,
+      reason,
+      { cause: err, kind: timeout ? "timeout" : "unreachable" },
+    );
+    this.failed(error);
+    if (timeout) this.#o.resetConnections();
+    return error;
+  }
+
+  /**
    * Tells the health of a failure and drops pooled connections when they may be dead (a timeout).
    * A `closed` failure that will be sent again says nothing about the path.
    */

@@ -40,7 +40,7 @@ import { ApiError, FencedError, isConflict, isFenced, isThrottled } from "../kub
 import type { ResourceType } from "../kube/resources.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { errorText, log, type Logger } from "./log.ts";
-import { MESSAGES } from "./messages.ts";
+import { MESSAGES, OUTAGE_NOTE } from "./messages.ts";
 import { controllerOf } from "./ownership.ts";
 import type { Metrics } from "./metrics.ts";
 import type { Predicate } from "./predicates.ts";
@@ -304,6 +304,50 @@ export interface ControllerOptions {
 export function unreachable(err: unknown, health?: ConnectionHealth): boolean {
   return isUnreachable(err) ||
     (health !== undefined && !health.healthy && !(err instanceof ApiError));
+}
+
+/**
+ * How to log a failure that may belong to an apiserver outage (the rule of one line per outage,
+ * docs/design/transport.md): `other` when `err` is not a failure to reach the apiserver
+ * ({@link unreachable}) or there is no `health` — log it as usual; `report` when it is, and this
+ * caller claimed the outage's one report ({@link ConnectionHealth.claimReport}) — log it as a
+ * warning naming the outage; `quiet` when another caller has reported the outage — log at debug.
+ * @param err what the request or attempt failed with
+ * @param health the health of the path the request took
+ */
+export function outageLogLevel(
+  err: unknown,
+  health: ConnectionHealth | undefined,
+): "other" | "report" | "quiet" {
+  if (!health || !unreachable(err, health)) return "other";
+  return health.claimReport() ? "report" : "quiet";
+}
+
+/**
+ * Logs a failed attempt (a Lease renewal, a shard round, a membership renewal) by
+ * {@link outageLogLevel}: a warning `message` with `error` and `fields`, plus `outage` when it is
+ * the outage's one report; at debug when another caller told the outage already.
+ * @param logger where to log
+ * @param message the line, e.g. `Lease attempt failed`
+ * @param err what the attempt failed with
+ * @param health the health of the path the attempt's client took
+ * @param fields further properties (e.g. `lease`)
+ */
+export function logAttemptFailure(
+  logger: Logger,
+  message: string,
+  err: unknown,
+  health: ConnectionHealth | undefined,
+  fields: Record<string, unknown> = {},
+): void {
+  const level = outageLogLevel(err, health);
+  const props = {
+    ...fields,
+    error: errorText(err),
+    ...(level === "report" ? { outage: OUTAGE_NOTE } : {}),
+  };
+  if (level === "quiet") logger.debug(message, props);
+  else logger.warn(message, props);
 }
 
 /** Runs reconcile workers over a work queue. */

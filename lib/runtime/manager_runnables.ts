@@ -10,7 +10,7 @@
 import type { KubeClient, KubeObject } from "../kube/client.ts";
 import { realClock } from "./clock.ts";
 import { collectGarbage, exposedGc, IDLE_GC_POLL_MS, idleCollectionDue } from "./collect.ts";
-import type { Controller, Informer } from "./controller.ts";
+import { type Controller, type Informer, logAttemptFailure } from "./controller.ts";
 import { DelegatedAuth, kubeReviewer } from "./delegated_auth.ts";
 import type { EventRecorder } from "./events.ts";
 import {
@@ -409,7 +409,10 @@ export class Election implements Runnable {
       },
       onNewLeader: (holder) => o.log.info("Observed leader", { lease, holder }),
       onHandover: (r) => logHandover(o.log, lease, r),
-      onError: (err) => o.log.warn("Lease attempt failed", { lease, error: errorText(err) }),
+      // A failure to reach the apiserver is the outage's, told once (docs/design/transport.md);
+      // a renewal that keeps failing ends in the lost-Lease error.
+      onError: (err) =>
+        logAttemptFailure(o.log, "Lease attempt failed", err, leaseClient.health, { lease }),
     });
     return elector;
   }

@@ -30,6 +30,7 @@ import type { KubeClient, WriteFence } from "../kube/client.ts";
 import { FencedError, isAlreadyExists, isNotFound } from "../kube/errors.ts";
 import { LEASES } from "../kube/resources.ts";
 import { type Clock, sleepOn } from "./clock.ts";
+import { logAttemptFailure } from "./controller.ts";
 import {
   electorDefaults,
   LeaderElector,
@@ -235,7 +236,7 @@ export class ShardElector {
       } catch (err) {
         if (signal.aborted) break;
         this.#memberFailingSinceMs ??= startedMs;
-        o.log.warn("Membership Lease renewal failed", { error: errorText(err) });
+        logAttemptFailure(o.log, "Membership Lease renewal failed", err, o.client.health);
       }
       const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
       try {
@@ -272,7 +273,8 @@ export class ShardElector {
     const o = this.#o;
     const now = this.#clock.now();
     this.#failingSinceMs ??= now;
-    o.log.warn("Shard round failed", { error: errorText(err) });
+    // One line per apiserver outage (docs/design/transport.md); the error below still comes.
+    logAttemptFailure(o.log, "Shard round failed", err, o.client.health);
     if (!this.#failingLogged && this.failingForMs() > o.leaseDurationSeconds * 1000) {
       this.#failingLogged = true;
       o.log.error("Shard rounds keep failing: this replica takes no part in the sharding", {

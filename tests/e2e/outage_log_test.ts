@@ -3,7 +3,8 @@
  * warning line, not one per failed reconcile. Before, a 2.6 s restart of the apiserver logged 144
  * `Reconciler error ... tcp connect error` lines.
  *
- * The operator reaches the apiserver through a loopback {@link TcpProxy} and runs 8 workers. The
+ * The operator reaches the apiserver through a loopback {@link TcpProxy}, runs 8 workers and leads
+ * through a Lease (renewed every 2 s, so at least one renewal fails in the outage). The
  * test creates 40 AppServices (2 Pods each) and, as soon as the operator is creating their Pods,
  * cuts the proxy for 3 s (every connection closed, new ones closed at once), then forwards again.
  * - One WARN/ERROR line names the failure to reach the apiserver (whoever failed first: a
@@ -23,6 +24,7 @@ import {
   dropNamespace,
   installCrd,
   kubeconfigFor,
+  logsOf,
   metricSum,
   newNamespace,
   type Operator,
@@ -31,6 +33,7 @@ import {
   waitFor,
 } from "./harness.ts";
 import { TcpProxy } from "./proxy.ts";
+import { MESSAGES } from "../../lib/runtime/messages.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
 const COUNT = 40;
@@ -48,8 +51,16 @@ Deno.test("outage: a 3 s apiserver outage with 8 busy workers is one log line", 
   let op: Operator | undefined;
   try {
     const kubeconfig = await kubeconfigFor(`https://127.0.0.1:${proxy.port}`, dir);
-    op = await startOperator([`--kubeconfig=${kubeconfig}`, "--max-concurrent-reconciles=8"]);
+    // With leader election, as deploy/ runs it: the Lease's renewals fail in the outage too.
+    op = await startOperator([
+      `--kubeconfig=${kubeconfig}`,
+      "--max-concurrent-reconciles=8",
+      "--leader-elect",
+      `--leader-election-namespace=${ns}`,
+      "--leader-election-id=outage",
+    ]);
     await op.waitReady(60_000);
+    await waitFor("leading", () => logsOf(op!, MESSAGES.acquiredLease).length > 0, 30_000);
     const errorsBefore = metricSum(await op.metrics(), "controller_runtime_reconcile_errors_total");
 
     await Promise.all(

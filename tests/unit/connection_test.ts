@@ -9,7 +9,9 @@
 import { assert, assertEquals } from "../assert.ts";
 import { ConnectionHealth, type HealthEvent } from "../../lib/kube/connection.ts";
 import { KubeClient, STALLED_REQUEST_MIN_MS } from "../../lib/kube/client.ts";
-import { NetworkError } from "../../lib/kube/errors.ts";
+import { ApiError, isUnreachable, NetworkError, UnreachableError } from "../../lib/kube/errors.ts";
+import { logAttemptFailure, outageLogLevel } from "../../lib/runtime/controller.ts";
+import type { Logger } from "../../lib/runtime/log.ts";
 import { CONFIGMAPS } from "../../lib/kube/resources.ts";
 import { WatchRestartError } from "../../lib/kube/watch.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
@@ -212,5 +214,120 @@ Deno.test("client: a WatchList without an answer fails like a list at the reques
     release.resolve();
     client.close();
     await s.shutdown();
+  }
+});
+
+Deno.test("client: an answer whose body breaks off is a failure of the path (health told, UnreachableError); a 2xx write's unread body is not needed", async () => {
+  const enc = new TextEncoder();
+  /** Answers with headers and the first bytes of a body, then breaks it (or, `slow`, stalls). */
+  const s = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (req) => {
+    const path = new URL(req.url).pathname;
+    if (path === "/version") return Response.json({ gitVersion: "v1.36.3" });
+    if (path.endsWith("/notjson")) return new Response("{not json", { status: 200 });
+    const slow = path.endsWith("/slow");
+    const body = new ReadableStream<Uint8Array>({
+      async start(c) {
+        c.enqueue(enc.encode('{"metadata":{"name":"half"'));
+        await new Promise((r) => setTimeout(r, slow ? 1_500 : 50));
+        c.error(new Error("cut by the test"));
+      },
+    });
+    return new Response(body, { headers: { "content-type": "application/json" } });
+  });
+  const client = loopbackClient(`http://127.0.0.1:${s.addr.port}`, { requestTimeoutMs: 500 });
+  const later = () => new Promise((r) => setTimeout(r, 5));
+  const failure = async (p: Promise<unknown>) => {
+    try {
+      await p;
+    } catch (err) {
+      return err;
+    }
+    throw new Error("expected a failure");
+  };
+  try {
+    const ns = { namespace: "default" };
+    // A read: the broken body is an UnreachableError and the path is failing.
+    const read = await failure(client.get(CONFIGMAPS, "half", ns));
+    assert(isUnreachable(read), `an UnreachableError, got ${read}`);
+    assertEquals((read as NetworkError).kind, "unreachable");
+    assert(/broke while the answer was read/.test(String(read)), String(read));
+    assert(!client.health.healthy, "the health was told");
+    await later(); // a request sent after the failure ends the episode
+    await client.raw("/version");
+    assert(client.health.healthy, "recovered at the next answer");
+    // A body still incomplete at the request's timeout: kind `timeout`.
+    const slow = await failure(client.get(CONFIGMAPS, "slow", ns));
+    assert(isUnreachable(slow), `an UnreachableError, got ${slow}`);
+    assertEquals((slow as NetworkError).kind, "timeout");
+    assert(!client.health.healthy);
+    await later(); // a request sent after the failure ends the episode
+    await client.raw("/version");
+    // A write answered 2xx whose body nobody reads: done; the path is still reported failing.
+    const written = await client.patch(CONFIGMAPS, "half", {}, {
+      ...ns,
+      type: "merge",
+      response: "none",
+    });
+    assertEquals(written, undefined);
+    assert(!client.health.healthy, "the broken connection was reported");
+    await later(); // a request sent after the failure ends the episode
+    await client.raw("/version");
+    // Positive control: a complete answer that is not JSON is the answer's fault, not the path's.
+    const bad = await failure(client.get(CONFIGMAPS, "notjson", ns));
+    assert(bad instanceof SyntaxError, `a SyntaxError, got ${bad}`);
+    assert(client.health.healthy, "a malformed answer is still an answer");
+  } finally {
+    client.close();
+    await s.shutdown();
+  }
+});
+
+Deno.test("connection health: an answer to a request sent before the failure does not end the episode; one sent after does", () => {
+  const clock = new FakeClock();
+  const health = new ConnectionHealth({ timers: clock, random: () => 0 });
+  const events: string[] = [];
+  health.onEvent((ev) => events.push(ev.type));
+  try {
+    const before = clock.now();
+    clock.advance(100);
+    health.failed(new TypeError("connection reset"));
+    // Answers already on their way when the connections were cut: the path is still failing.
+    health.succeeded(before);
+    health.succeeded(clock.now());
+    assert(!health.healthy, "a stale answer ended the episode");
+    assert(health.claimReport(), "the episode's report is still to be claimed once");
+    clock.advance(1);
+    health.succeeded(clock.now());
+    assert(health.healthy);
+    assertEquals(events, ["failing", "recovered"]);
+  } finally {
+    health.close();
+  }
+});
+
+Deno.test("outageLogLevel and logAttemptFailure: the first failure to reach the apiserver reports the outage, the rest are quiet, answers are not the outage's", () => {
+  const clock = new FakeClock();
+  const health = new ConnectionHealth({ timers: clock, random: () => 0 });
+  const lines: [string, Record<string, unknown>][] = [];
+  const logger = {
+    debug: (_m: string, p: Record<string, unknown>) => lines.push(["debug", p]),
+    warn: (_m: string, p: Record<string, unknown>) => lines.push(["warn", p]),
+  } as unknown as Logger;
+  const down = new UnreachableError("GET /x", "127.0.0.1:6443", undefined, "connection refused");
+  try {
+    // Healthy and not unreachable: as usual.
+    assertEquals(outageLogLevel(new Error("boom"), health), "other");
+    assertEquals(outageLogLevel(down, undefined), "other");
+    health.failed(down);
+    logAttemptFailure(logger, "Lease attempt failed", down, health, { lease: "ns/l" });
+    logAttemptFailure(logger, "Lease attempt failed", down, health, { lease: "ns/l" });
+    assertEquals(lines.map(([level]) => level), ["warn", "debug"]);
+    assert(typeof lines[0][1].outage === "string", "the report names the outage");
+    assertEquals(lines[0][1].lease, "ns/l");
+    // An answer (an ApiError) during the outage is not the outage's.
+    const answer = new ApiError(500, { code: 500, message: "etcd timeout" });
+    assertEquals(outageLogLevel(answer, health), "other");
+  } finally {
+    health.close();
   }
 });

@@ -116,11 +116,11 @@ Deno.test("ConnectionHealth.claimReport: one report per failing episode, and its
   assertEquals(h.claimReport(), true);
   assertEquals(h.claimReport(), false);
   assertEquals(h.claimReport(), false);
-  h.succeeded(0);
+  h.succeeded(1); // a request sent after the failure
   assertEquals(events, ["failing", "recovered:true"]);
   // A new episode has its own report; one nobody claimed recovers quietly.
   h.failed(new Error("reset"));
-  h.succeeded(0);
+  h.succeeded(1); // a request sent after the failure
   h.failed(new Error("reset"));
   assert(h.claimReport());
   assertEquals(events.slice(2), ["failing", "recovered:false", "failing"]);

@@ -616,7 +616,7 @@ Deno.test("reflector: the connection recovering wakes a reflector waiting in bac
     const calls = client.watchCalls.length;
     // Another request fails, then one gets through: the path is back.
     client.health.failed(new TypeError("connection refused"));
-    client.health.succeeded(r.clock.now());
+    client.health.succeeded(r.clock.now() + 1); // sent after the failure
     await r.settle();
     assertEquals(client.watchCalls.length, calls + 1, "not woken by the recovery");
   } finally {
