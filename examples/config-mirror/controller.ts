@@ -59,6 +59,7 @@ import {
   Reconcile,
   type ReconcileContext,
   setStatusCondition,
+  WrittenVersions,
 } from "../../lib/runtime/mod.ts";
 
 /** The ConfigMirror resource, as crd.yaml defines it. */
@@ -248,6 +249,9 @@ export function addConfigMirrorController(manager: Manager, o: ConfigMirrorOptio
     name: FINALIZER,
     fieldManager: FIELD_MANAGER,
   };
+  // Its own writes (finalizer, status) until the cache shows them: a resync that runs before the
+  // watch delivered the status write starts from the answered object, and writes nothing again.
+  const written = new WrittenVersions<ConfigMirror>();
 
   /** The copies `m` made, in every namespace. @throws NoKindMatchError when the kind is gone. */
   const copiesOf = async (m: ConfigMirror, signal: AbortSignal) =>
@@ -309,8 +313,11 @@ export function addConfigMirrorController(manager: Manager, o: ConfigMirrorOptio
       : { reason: "Synced", message: `${at} copied to ${synced} namespace(s)`, synced };
   };
 
-  /** Writes `outcome` as the status of `m`, unless the status says it already. */
-  const report = async (m: ConfigMirror, outcome: Outcome, signal: AbortSignal) => {
+  /**
+   * Writes `outcome` as the status of `m`, unless the status says it already; notes the answer in
+   * `written` under `key`.
+   */
+  const report = async (key: string, m: ConfigMirror, outcome: Outcome, signal: AbortSignal) => {
     const generation = m.metadata!.generation;
     const conditions = [...(m.status?.conditions ?? [])];
     const changed = setStatusCondition(conditions, {
@@ -325,12 +332,15 @@ export function addConfigMirrorController(manager: Manager, o: ConfigMirrorOptio
       m.status?.synced === outcome.synced
     ) return;
     const status = { observedGeneration: generation, synced: outcome.synced, conditions };
-    await client.patch(CONFIG_MIRRORS, m.metadata!.name!, { status }, {
+    const answered = await client.patch<ConfigMirror>(CONFIG_MIRRORS, m.metadata!.name!, {
+      status,
+    }, {
       namespace: m.metadata!.namespace,
       subresource: "status",
       fieldManager: FIELD_MANAGER,
       signal,
     });
+    written.note(key, m, answered);
   };
 
   manager.add({
@@ -339,10 +349,16 @@ export function addConfigMirrorController(manager: Manager, o: ConfigMirrorOptio
     // A spec change, or the deletion (deletionTimestamp, finalizers); not our own status writes.
     predicates: [or(generationChanged, deletionOrFinalizersChanged)],
     reconcile: async (key, ctx) => {
-      const cached = mirrors.store.get(key);
-      if (!cached) return Reconcile.done; // deleted: the finalizer's cleanup has run
+      const inCache = mirrors.store.get(key);
+      if (!inCache) {
+        written.forget(key);
+        return Reconcile.done; // deleted: the finalizer's cleanup has run
+      }
+      const cached = written.newest(key, inCache);
       const signal = ctx.signal;
-      return await finalizer(cached, { ...finalizerOptions, signal }, async (event) => {
+      const onAdded = (before: ConfigMirror, after: ConfigMirror) =>
+        written.note(key, before, after);
+      return await finalizer(cached, { ...finalizerOptions, signal, onAdded }, async (event) => {
         if (event.type === "cleanup") {
           let copies: KubeObject[] = [];
           try {
@@ -355,7 +371,7 @@ export function addConfigMirrorController(manager: Manager, o: ConfigMirrorOptio
           return Reconcile.done; // the finalizer is removed, the ConfigMirror goes
         }
         const outcome = await sync(event.obj, ctx);
-        await report(event.obj, outcome, signal);
+        await report(key, event.obj, outcome, signal);
         return Reconcile.after(resyncMs); // the source and copies are not watched: read again
       });
     },

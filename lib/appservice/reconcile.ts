@@ -182,7 +182,7 @@ class AppServiceReconciler {
   #heldStepSince = new Map<string, number>();
   #rejected: RejectedWrites;
   #replacements: PodReplacements;
-  #written = new WrittenVersions();
+  #written = new WrittenVersions<AppService>();
   /**
    * Per AppService key, the uid of the AppService last reconciled alive or in cleanup, until its
    * cleanup completed (or left the dependents to the garbage collector on purpose): a key whose

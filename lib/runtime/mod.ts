@@ -123,6 +123,7 @@ export { type ShardMode, ShardReflector, type ShardReflectorOptions } from "./sh
 export { type ShardMetrics } from "./metrics.ts";
 export { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";
 export { TerminatingNamespaces } from "./namespaces.ts";
+export { MAX_REPLACED_VERSIONS, WrittenVersions } from "./written.ts";
 export {
   defaultLogFormat,
   errorText,
