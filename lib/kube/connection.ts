@@ -117,6 +117,7 @@ export class ConnectionHealth {
   #reportTimer?: unknown;
   #probing = false;
   #closed = false;
+  #episodes = 0;
   #listeners = new Set<(ev: HealthEvent) => void>();
 
   /**
@@ -129,6 +130,15 @@ export class ConnectionHealth {
     this.#probeIntervalMs = o.probeIntervalMs ?? PROBE_INTERVAL_MS;
     this.#probeTimeoutMs = o.probeTimeoutMs ?? PROBE_TIMEOUT_MS;
     this.#failingReportMs = o.failingReportMs ?? FAILING_REPORT_MS;
+  }
+
+  /**
+   * Failing episodes begun so far (0 at first). A request notes it when sent and passes it to
+   * {@link succeeded}, so an answer to a request sent before the current episode began is told
+   * apart without comparing clocks (a wall clock stepped back cannot keep the path failing).
+   */
+  get episodes(): number {
+    return this.#episodes;
   }
 
   /** True while no request has failed since the last answer. */
@@ -202,10 +212,17 @@ export class ConnectionHealth {
    * request sent before it (already on its way, or in the socket's buffer when the connection
    * was cut) says nothing about the path now, and ending the episode on it would make one outage
    * two, each with its own report. Cheap while healthy.
+   * @param sentAtMs when the request was sent (ms since the epoch)
+   * @param episodesAtSend {@link episodes} when it was sent; when given, it decides "sent before
+   *   the episode began" instead of the times
    */
-  succeeded(sentAtMs: number): void {
+  succeeded(sentAtMs: number, episodesAtSend?: number): void {
     const f = this.#failing;
-    if (!f || sentAtMs <= f.sinceMs) return;
+    if (!f) return;
+    const sentBefore = episodesAtSend !== undefined
+      ? episodesAtSend < this.#episodes
+      : sentAtMs <= f.sinceMs;
+    if (sentBefore) return;
     this.#failing = undefined;
     this.#stopTimers();
     this.#emit({
@@ -232,6 +249,7 @@ export class ConnectionHealth {
       return;
     }
     const now = this.#t.now();
+    this.#episodes++;
     this.#failing = {
       sinceMs: now,
       failures: 1,

@@ -137,6 +137,8 @@ export interface InFlight {
   sentAtMs: number;
   /** Last time bytes came (watches: headers, then every chunk). */
   lastByteMs: number;
+  /** The health's failing episodes begun when it was sent ({@link ConnectionHealth.episodes}). */
+  episodes?: number;
 }
 
 /** Why the client ended a request: the stall rule. */
@@ -399,7 +401,12 @@ export class Transport {
     a.fence?.check(req.method, req.path);
     const started = performance.now();
     this.#sendingWrite(req, started, headers["Audit-ID"]);
-    const entry: InFlight = { ctl: stall, sentAtMs: Date.now(), lastByteMs: 0 };
+    const entry: InFlight = {
+      ctl: stall,
+      sentAtMs: Date.now(),
+      lastByteMs: 0,
+      episodes: this.#o.health.episodes,
+    };
     this.inFlight.requests.add(entry);
     let scope: RequestScope | undefined;
     try {
@@ -542,7 +549,7 @@ export class Transport {
     auditId: string,
     scope: RequestScope | undefined,
   ): Attempt {
-    this.#o.health.succeeded(entry.sentAtMs);
+    this.#o.health.succeeded(entry.sentAtMs, entry.episodes);
     const retryAfter = parseRetryAfter(resp.headers.get("Retry-After"));
     this.#record(req, String(resp.status), started, auditId, scope, retryAfter);
     return { type: "answer", resp, retryAfter };

@@ -300,6 +300,15 @@ Deno.test("connection health: an answer to a request sent before the failure doe
     health.succeeded(clock.now());
     assert(health.healthy);
     assertEquals(events, ["failing", "recovered"]);
+    // With the episode count noted at send (as the transport does), times are not compared: a
+    // wall clock stepped back neither keeps the path failing nor lets a stale answer end it.
+    const begun = health.episodes;
+    health.failed(new TypeError("connection reset"));
+    assertEquals(health.episodes, begun + 1);
+    health.succeeded(clock.now() + 60_000, begun);
+    assert(!health.healthy, "an answer to a request sent before the episode ended it");
+    health.succeeded(0, begun + 1);
+    assert(health.healthy, "an answer to a request sent in the episode (clock stepped back)");
   } finally {
     health.close();
   }
