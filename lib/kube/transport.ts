@@ -456,13 +456,24 @@ export class Transport {
    * the first sign of an outage as a refused connect. Tells the health and returns the error to
    * throw: an {@link UnreachableError} (kind `timeout` when the request's own time bound ran out,
    * which also drops pooled connections) for a failure of the path; `err` unchanged for anything
-   * else (the caller's abort, the write fence's, a body that is not JSON).
+   * else (the caller's abort, the write fence's, a body that is not JSON). The caller's own
+   * deadline running out mid-answer is told to the health too, and its reason returned as it is.
    * @param req the request whose answer was being read
    * @param err what reading the body threw (Deno's fetch: a `TypeError` such as `error reading a
    *   body from connection`; a `TimeoutError` from the request's timeout signal)
    */
   bodyFailed(req: Pick<RawRequest, "method" | "path" | "signal">, err: unknown): unknown {
-    if (req.signal?.aborted) return err;
+    if (req.signal?.aborted) {
+      // The caller's own deadline ran out mid-answer: a failure of the path, as when it runs out
+      // before the headers (Transport.report); the caller gets its own reason either way.
+      if (isTimeout(req.signal.reason)) {
+        this.failed(
+          new NetworkError("timeout", req, "no complete answer before the caller's deadline"),
+        );
+        this.#o.resetConnections();
+      }
+      return err;
+    }
     const timeout = isTimeout(err);
     if (!(err instanceof TypeError) && !timeout) return err;
     const reason = timeout

@@ -309,7 +309,8 @@ export function unreachable(err: unknown, health?: ConnectionHealth): boolean {
 /**
  * How to log a failure that may belong to an apiserver outage (the rule of one line per outage,
  * docs/design/transport.md): `other` when `err` is not a failure to reach the apiserver
- * ({@link unreachable}) or there is no `health` — log it as usual; `report` when it is, and this
+ * ({@link unreachable}; a {@link FencedError} never is), the path is healthy again, or there is
+ * no `health` — log it as usual; `report` when it is, and this
  * caller claimed the outage's one report ({@link ConnectionHealth.claimReport}) — log it as a
  * warning naming the outage; `quiet` when another caller has reported the outage — log at debug.
  * @param err what the request or attempt failed with
@@ -319,7 +320,9 @@ export function outageLogLevel(
   err: unknown,
   health: ConnectionHealth | undefined,
 ): "other" | "report" | "quiet" {
-  if (!health || !unreachable(err, health)) return "other";
+  // A fenced write is not the outage's (it says so elsewhere); nor is a failure that comes
+  // after the path answered again.
+  if (!health || health.healthy || isFenced(err) || !unreachable(err, health)) return "other";
   return health.claimReport() ? "report" : "quiet";
 }
 

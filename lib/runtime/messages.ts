@@ -32,9 +32,10 @@ export const MESSAGES = {
 } as const;
 
 /**
- * The `outage` property of the one warning of an apiserver outage (the first list, watch or Event
- * that failed for want of an answer; ConnectionHealth.claimReport): the rest of the outage's
- * failures go to debug.
+ * The `outage` property of the one warning of an apiserver outage (the first list, watch, Event,
+ * Lease attempt, membership renewal or shard round that failed for want of an answer;
+ * ConnectionHealth.claimReport; a reconcile says it in its message instead): the rest of the
+ * outage's failures go to debug.
  */
 export const OUTAGE_NOTE =
   "the apiserver is unreachable; further failures at debug level until it answers again";

@@ -9,7 +9,13 @@
 import { assert, assertEquals } from "../assert.ts";
 import { ConnectionHealth, type HealthEvent } from "../../lib/kube/connection.ts";
 import { KubeClient, STALLED_REQUEST_MIN_MS } from "../../lib/kube/client.ts";
-import { ApiError, isUnreachable, NetworkError, UnreachableError } from "../../lib/kube/errors.ts";
+import {
+  ApiError,
+  FencedError,
+  isUnreachable,
+  NetworkError,
+  UnreachableError,
+} from "../../lib/kube/errors.ts";
 import { logAttemptFailure, outageLogLevel } from "../../lib/runtime/controller.ts";
 import type { Logger } from "../../lib/runtime/log.ts";
 import { CONFIGMAPS } from "../../lib/kube/resources.ts";
@@ -272,6 +278,21 @@ Deno.test("client: an answer whose body breaks off is a failure of the path (hea
     assert(!client.health.healthy, "the broken connection was reported");
     await later(); // a request sent after the failure ends the episode
     await client.raw("/version");
+    // The caller's abort mid-answer: its reason, unchanged, and nothing said about the path.
+    const stop = new AbortController();
+    const aborted = failure(client.get(CONFIGMAPS, "slow", { ...ns, signal: stop.signal }));
+    await new Promise((r) => setTimeout(r, 100));
+    stop.abort(new Error("the caller stopped"));
+    assertEquals(String(await aborted), "Error: the caller stopped");
+    assert(client.health.healthy, "a caller's abort is not a failure of the path");
+    // The caller's own deadline mid-answer: its TimeoutError, and the path is failing.
+    const deadline = await failure(
+      client.get(CONFIGMAPS, "slow", { ...ns, signal: AbortSignal.timeout(100) }),
+    );
+    assertEquals((deadline as Error).name, "TimeoutError");
+    assert(!client.health.healthy, "the caller's deadline mid-answer was told to the health");
+    await later();
+    await client.raw("/version");
     // Positive control: a complete answer that is not JSON is the answer's fault, not the path's.
     const bad = await failure(client.get(CONFIGMAPS, "notjson", ns));
     assert(bad instanceof SyntaxError, `a SyntaxError, got ${bad}`);
@@ -333,6 +354,8 @@ Deno.test("outageLogLevel and logAttemptFailure: the first failure to reach the 
     assertEquals(lines.map(([level]) => level), ["warn", "debug"]);
     assert(typeof lines[0][1].outage === "string", "the report names the outage");
     assertEquals(lines[0][1].lease, "ns/l");
+    // A fenced write is never the outage's.
+    assertEquals(outageLogLevel(new FencedError("NotHeld", "PUT /x"), health), "other");
     // An answer (an ApiError) during the outage is not the outage's.
     const answer = new ApiError(500, { code: 500, message: "etcd timeout" });
     assertEquals(outageLogLevel(answer, health), "other");
