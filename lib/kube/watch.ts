@@ -80,17 +80,26 @@ export const MAX_WATCH_FRAME_CHARS = 64 * 1024 * 1024;
  * @param idleMs idle bound in ms; 0 disables it
  * @param onIdle called once when the bound is exceeded, before throwing
  * @param onChunk called for every chunk read (bytes arrived: the connection is alive)
- * @throws ApiError for an ERROR frame; WatchIdleError past the idle bound; SyntaxError for a frame
- *   that is not JSON; Error for a frame longer than {@link MAX_WATCH_FRAME_CHARS}
+ * @param stop when it aborts, the reader is cancelled at once and its reason thrown, whatever the
+ *   body's own abort does: the end of a watch its consumer stopped must not wait for the server
+ *   (docs/design/reflector.md, "Stopping a watch")
+ * @throws ApiError for an ERROR frame; WatchIdleError past the idle bound; `stop`'s reason once it
+ *   aborted; SyntaxError for a frame that is not JSON; Error for a frame longer than
+ *   {@link MAX_WATCH_FRAME_CHARS}
  */
 export async function* decodeWatchBatches<T>(
   body: ReadableStream<Uint8Array>,
   idleMs: number,
   onIdle: () => void,
   onChunk?: () => void,
+  stop?: AbortSignal,
 ): AsyncGenerator<ObjectWatchEvent<T>[]> {
   const read = chunkReader(body);
   const reader = read.reader;
+  const onStop = () => {
+    reader.cancel().catch(() => {});
+  };
+  stop?.addEventListener("abort", onStop, { once: true });
   const decoder = new TextDecoder();
   // The start of a frame whose newline has not come yet.
   let rest = "";
@@ -108,14 +117,17 @@ export async function* decodeWatchBatches<T>(
   try {
     arm();
     while (true) {
+      if (stop?.aborted) throw stop.reason;
       let chunk: Uint8Array | undefined;
       try {
         chunk = await read.next();
       } catch (err) {
         if (idle) throw new WatchIdleError(idleMs);
+        if (stop?.aborted) throw stop.reason;
         throw err;
       }
       if (idle) throw new WatchIdleError(idleMs);
+      if (stop?.aborted) throw stop.reason;
       if (!chunk) break;
       arm();
       onChunk?.();
@@ -153,6 +165,7 @@ export async function* decodeWatchBatches<T>(
     }
   } finally {
     clearTimeout(timer);
+    stop?.removeEventListener("abort", onStop);
     // Closes the connection when the consumer stops early or on error; harmless when done.
     await reader.cancel().catch(() => {});
   }
@@ -277,7 +290,7 @@ export async function* openWatch<T>(
     // it from the stall rule but do not end a failing episode (a request's answer does).
     yield* decodeWatchBatches<T>(resp.body, o.idleTimeoutMs ?? 0, () => ctl.abort(), () => {
       s.lastByteMs = Date.now();
-    });
+    }, ctl.signal);
   } catch (err) {
     throw watchFailed(deps, err, o, ctl.signal, bound.noAnswer, stream);
   } finally {

@@ -21,6 +21,7 @@ import { LEASES } from "../kube/resources.ts";
 import { ApiError } from "../kube/errors.ts";
 import { WatchRestartError } from "../kube/watch.ts";
 import { type Clock, sleepOn } from "./clock.ts";
+import { linkedStop } from "./abort.ts";
 import { DEFAULT_WATCH_IDLE_TIMEOUT_MS, QUIET_RECONNECT_HEADERS_MS } from "./reflector.ts";
 
 /** Server-side bound of one Lease watch (s): a quiet Lease is read again at least this often. */
@@ -81,7 +82,10 @@ export class LeaseWatch {
   start(signal: AbortSignal): void {
     if (this.#started) return;
     this.#started = true;
-    this.#run(AbortSignal.any([signal, this.#stop.signal])).catch((err) => this.#o.onError?.(err));
+    // Not AbortSignal.any: the stop must not depend on a dependent signal staying alive (abort.ts).
+    const link = linkedStop(signal);
+    this.#stop.signal.addEventListener("abort", () => link.controller.abort(), { once: true });
+    this.#run(link.signal).catch((err) => this.#o.onError?.(err)).finally(link.unlink);
   }
 
   /** Ends the watch (the candidate leads or stops). */

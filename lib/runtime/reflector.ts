@@ -357,7 +357,10 @@ export class Reflector<T extends KubeObject> {
         resourceVersion: consistent ? undefined : "0",
         signal,
       },
-      (page) => replacement.add(page.items ?? []),
+      (page) => {
+        if (signal.aborted) throw signal.reason;
+        replacement.add(page.items ?? []);
+      },
       (err) => {
         // The pages so far belong to an older snapshot than the full list that follows: start the
         // replace over, so that the deletes at its end are those of the full list.
@@ -365,6 +368,7 @@ export class Reflector<T extends KubeObject> {
         this.#apply(step(this.#state, { type: "listContinueExpired", detail: err.message }));
       },
     );
+    if (signal.aborted) throw signal.reason;
     const diff = replacement.finish();
     this.#succeeded();
     this.#deaf = undefined;
@@ -425,6 +429,9 @@ export class Reflector<T extends KubeObject> {
     try {
       const opts = this.#watchOptions(memory, initial, onOpen, signal);
       for await (const batch of o.client.watchBatches<T>(o.resource, opts)) {
+        // A stopped reflector changes the store no more, even if its stream has not ended yet
+        // (a shard restart lists into the same store: docs/design/reflector.md).
+        if (signal.aborted) break;
         // One batch is every frame of one chunk of the stream (decodeWatchBatches).
         for (const ev of batch) {
           if (this.#failingSinceMs !== undefined) this.#succeeded();

@@ -28,6 +28,7 @@
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import type { KubeClient, WriteFence } from "../kube/client.ts";
 import { FencedError, isAlreadyExists, isNotFound } from "../kube/errors.ts";
+import { linkedStop } from "./abort.ts";
 import { LEASES } from "../kube/resources.ts";
 import { type Clock, sleepOn } from "./clock.ts";
 import { logAttemptFailure } from "./controller.ts";
@@ -446,8 +447,11 @@ export class ShardElector {
   /** Starts holding shard `s` (its Lease just taken): the renew loop and the work. */
   #hold(s: Shard, reason: ShardMoveReason, previous: string, signal: AbortSignal): void {
     const o = this.#o;
-    const stop = new AbortController();
-    const done = s.elector.run(AbortSignal.any([signal, stop.signal]));
+    // Not AbortSignal.any: giving the shard back must not depend on a dependent signal (abort.ts).
+    const link = linkedStop(signal);
+    const stop = link.controller;
+    const done = s.elector.run(link.signal);
+    done.finally(link.unlink).catch(() => {});
     const holding = { stop, done, leaving: false };
     s.holding = holding;
     this.#moved(s.k, "acquired", previous, o.identity, reason);

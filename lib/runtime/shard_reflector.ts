@@ -18,6 +18,7 @@ import type { KubeObject } from "../kube/client.ts";
 import type { InformerReflector } from "./controller.ts";
 import { shardOf, shardSelector } from "./shards.ts";
 import type { Store } from "./store.ts";
+import { linkedStop } from "./abort.ts";
 
 /** Whether the apiserver applies `shardSelector` (`server`) or the store filters (`client`). */
 export type ShardMode = "server" | "client";
@@ -140,9 +141,10 @@ export class ShardReflector<T extends KubeObject> implements InformerReflector {
       ? shardSelector([...this.#held], this.#o.shards)
       : undefined;
     const reflector = this.#o.make(selector);
-    const stop = new AbortController();
-    const done = reflector.run(AbortSignal.any([signal, stop.signal])).catch(() => {});
-    this.#current = { reflector, stop, done };
+    // Not AbortSignal.any: a stop must not depend on a dependent signal staying alive (abort.ts).
+    const link = linkedStop(signal);
+    const done = reflector.run(link.signal).catch(() => {}).finally(link.unlink);
+    this.#current = { reflector, stop: link.controller, done };
     reflector.waitForSync().then(() => this.#firstSync());
   }
 

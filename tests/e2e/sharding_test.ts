@@ -13,7 +13,9 @@
  * Asserted: each replica holds 2 shards (from the Leases); the start-up log line says server-side
  * or client-side as the control plane allows; SIGKILL of c: its shards are taken by a and b within
  * lease duration + retry period of its last renewal, while an AppService of a surviving shard whose
- * spec changes every 200 ms is reconciled (observedGeneration caught up) within 1 s each time; a
+ * spec changes every 200 ms is reconciled (observedGeneration caught up) within 1 s each time, and
+ * once c's shards are taken, a change in each of them is reconciled within 15 s (the new holder
+ * restarts its informers at once: docs/design/reflector.md, "Stopping a watch"); a
  * fourth replica d joining takes its fair share (2 each of a, b, d); `<prefix>_shards_held` sums to
  * 6. Over the whole run, from the audit log (who wrote what, when) joined with a watch of the Leases
  * (which holder each Lease write stored; tests/e2e/shard_audit.ts): no takeover while another's
@@ -68,6 +70,11 @@ const SLACK_MS = 1_000;
 /** How often the probe AppService's spec changes, and the bound of each reconcile (issue 30). */
 const CHANGE_EVERY_MS = 200;
 const RECONCILE_BOUND_MS = 1_000;
+/**
+ * Bound from a change in a shard just taken (after the takeover) to its reconcile: the new holder
+ * lists the shard's objects (5 informers × 2 namespaces) and then reconciles its keys.
+ */
+const TAKEN_RECONCILE_BOUND_MS = 15_000;
 const USERS = ["replica-a", "replica-b", "replica-c", "replica-d"] as const;
 
 /** One run's control plane and how the informers are expected to filter. */
@@ -319,6 +326,30 @@ async function runSharding(t: Deno.TestContext, setup: Setup): Promise<void> {
         console.log(`after the kill (${Date.now() - killedAt} ms): ${show(after)}`);
         await sleep(2_000);
         const changes = await probe.stop();
+        // A change in each shard just taken: reconciled by its new holder within the bound.
+        const slowTaken: string[] = [];
+        for (const k of cShards) {
+          const ns = perShard[k][0];
+          const sentAt = Date.now();
+          const a = await c.patch<AppService>(
+            APPSERVICES as never,
+            "app",
+            { spec: { progressDeadlineSeconds: 900 } } as Partial<AppService>,
+            { namespace: ns },
+          );
+          const want = a.metadata.generation ?? 0;
+          let caughtMs: number | undefined;
+          for (let i = 0; i < 200 && caughtMs === undefined; i++) {
+            const got = await c.get<AppService>(APPSERVICES as never, "app", { namespace: ns });
+            if ((got.status?.observedGeneration ?? 0) >= want) caughtMs = Date.now() - sentAt;
+            else if (Date.now() - sentAt > TAKEN_RECONCILE_BOUND_MS) break;
+            else await sleep(100);
+          }
+          console.log(`shard ${k} (${ns}), just taken: change reconciled after ${caughtMs} ms`);
+          if (caughtMs === undefined) {
+            slowTaken.push(`${ns}: not within ${TAKEN_RECONCILE_BOUND_MS} ms`);
+          }
+        }
         // Takeover time: c's last renewal to the next holder's acquisition, per shard. Both
         // measurements are printed before either is asserted.
         const late: string[] = [];
@@ -351,6 +382,7 @@ async function runSharding(t: Deno.TestContext, setup: Setup): Promise<void> {
           } ms`,
         );
         assertEquals(late, [], `bound ${LEASE_MS} + ${RETRY_MAX_MS} + ${SLACK_MS} ms`);
+        assertEquals(slowTaken, [], "changes in the shards taken from c");
         assert(changes.length >= 20, `only ${changes.length} changes`);
         assert(
           worst <= RECONCILE_BOUND_MS,

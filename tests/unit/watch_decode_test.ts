@@ -624,3 +624,29 @@ Deno.test("reflector: the connection recovering wakes a reflector waiting in bac
     client.health.close();
   }
 });
+
+Deno.test("decodeWatchBatches: a stop signal ends a silent stream at once with its reason (positive control: without it the read still waits)", async () => {
+  const reason = new Error("stopped by the consumer");
+  const stop = new AbortController();
+  const b = body();
+  const it = decodeWatchBatches<Obj>(b.stream, 0, () => {}, undefined, stop.signal);
+  b.push(frame("ADDED", "a", "1"));
+  assertEquals((await it.next()).value?.length, 1);
+  // Control: the next read waits on a stream that sends nothing.
+  const pending = it.next();
+  const settled = await Promise.race([
+    pending.then(() => "settled", () => "settled"),
+    new Promise((r) => setTimeout(() => r("waiting"), 50)),
+  ]);
+  assertEquals(settled, "waiting");
+  stop.abort(reason);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const err = await Promise.race([
+    pending.then(() => "ended without an error", (e) => e),
+    new Promise((r) => timer = setTimeout(() => r("still waiting after 2 s"), 2000)),
+  ]);
+  clearTimeout(timer);
+  if (err !== reason) await it.return(undefined); // release the stream (the old behaviour)
+  assert(err === reason, `got: ${err}`);
+  assert(b.cancelled, "the body was cancelled");
+});
