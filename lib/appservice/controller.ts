@@ -9,7 +9,8 @@
  * its finalizers (status and metadata writes, including the operator's own status writes, do not
  * enqueue); never its removal from the cache (cleanup runs through the finalizer, which the
  * update with a deletionTimestamp already brought). Any change of an owned Pod or Service
- * enqueues its controller owner; one of an orphan with the operator's labels (no controller, as
+ * enqueues its controller owner (with high priority when a Pod's readiness changed or it went:
+ * {@link POD_READINESS_CHANGED}); one of an orphan with the operator's labels (no controller, as
  * `--cascade=orphan` leaves it) enqueues the AppService named by its instance label, which adopts
  * it.
  *
@@ -30,15 +31,34 @@ import type { Controller } from "../runtime/controller.ts";
 import type { Manager } from "../runtime/manager.ts";
 import type { Metrics } from "../runtime/metrics.ts";
 import { TerminatingNamespaces } from "../runtime/namespaces.ts";
-import { anyOf, deletionOrFinalizersChanged, generationChanged } from "../runtime/predicates.ts";
+import {
+  anyOf,
+  deletionOrFinalizersChanged,
+  generationChanged,
+  type Predicate,
+} from "../runtime/predicates.ts";
 import { APPSERVICES, GROUP } from "./api.ts";
-import { MANAGED_SELECTOR, orphanKeys } from "./pods.ts";
+import { isPodReady, MANAGED_SELECTOR, orphanKeys } from "./pods.ts";
 import { appServiceReconciler } from "./reconcile.ts";
 import { RejectedWrites, RESOURCE_QUOTAS } from "./rejections.ts";
 import type { AppService } from "./schema.ts";
 
 /** Name of the AppService controller (metrics label `controller`, logs). */
 export const CONTROLLER_NAME = "appservice";
+
+/**
+ * Owned Pod changes whose AppService goes in the work queue's high lane (runtime/queue.ts
+ * `QueuePriority`): a Pod whose Ready condition changed, or one that went. Such a change finishes a
+ * step under way (the AppService reports Ready, or replaces a Pod it lost) with one reconcile; in
+ * plain FIFO order it waits behind every key added before it, which during a converge of many new
+ * AppServices is every new AppService's first reconcile (docs/design/runtime.md, "Priority in the work queue").
+ * A Pod's creation (the operator's own) and its other updates (binding, IPs) stay normal.
+ */
+export const POD_READINESS_CHANGED: Predicate<KubeObject> = {
+  create: () => false,
+  update: (a, b) => isPodReady(a as Pod) !== isPodReady(b as Pod),
+  delete: () => true,
+};
 
 /** `reportingController` of the operator's Events (events.k8s.io/v1: `<domain>/<name>`). */
 export const REPORTING_CONTROLLER = `${GROUP}/appservice-operator`;
@@ -156,7 +176,11 @@ export function addAppServiceController(manager: Manager): Controller {
     // Deletes pass: a reconcile of a key whose AppService is gone sweeps what it owned when its
     // cleanup did not run (reconcile.ts `#sweep`); after a cleanup it is a no-op without requests.
     predicates: [anyOf(generationChanged, deletionOrFinalizersChanged)],
-    owns: [{ informer: pods }, { informer: services }, { informer: pdbs }],
+    owns: [
+      { informer: pods, priority: POD_READINESS_CHANGED },
+      { informer: services },
+      { informer: pdbs },
+    ],
     // Orphans with this operator's labels (left by --cascade=orphan) go to the AppService of
     // their name, which adopts them.
     watches: [

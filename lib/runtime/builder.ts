@@ -17,6 +17,7 @@ import {
 } from "./controller.ts";
 import type { Metrics } from "./metrics.ts";
 import { passes, type Predicate } from "./predicates.ts";
+import type { QueuePriority } from "./queue.ts";
 import { CONTROLLER_UID_INDEX, controllerUidIndex, objectKey } from "./store.ts";
 import { type EnqueueEvent, enqueueSpan, tracingEnabled } from "./tracing.ts";
 
@@ -49,6 +50,8 @@ interface Source {
   predicates?: Predicate<KubeObject>[];
   /** For an update, map the old state too (a changed owner or mapping reaches the old key). */
   mapOld: boolean;
+  /** Changes enqueued with high priority (controller.ts `OwnedWatch.priority`); none: normal. */
+  priority?: Predicate<KubeObject>;
 }
 
 /**
@@ -84,9 +87,19 @@ export function buildController<P extends KubeObject>(
     },
     ...(def.owns ?? []).map((w) => {
       w.informer.store.addIndex(CONTROLLER_UID_INDEX, controllerUidIndex);
-      return { informer: w.informer, map: toOwner, predicates: w.predicates, mapOld: true };
+      return {
+        informer: w.informer,
+        map: toOwner,
+        predicates: w.predicates,
+        mapOld: true,
+        priority: w.priority,
+      };
     }),
-    ...(def.watches ?? []).map((w) => ({ ...w, mapOld: true })),
+    ...(def.watches ?? []).map((w) => ({
+      ...w,
+      mapOld: true,
+      priority: w.priority as Predicate<KubeObject> | undefined,
+    })),
   ];
   for (const source of sources) feed(controller, source);
   return { controller, informers: [...new Set(sources.map((w) => w.informer))] };
@@ -99,7 +112,12 @@ export function buildController<P extends KubeObject>(
  */
 function feed(controller: Controller, w: Source): void {
   const preds = w.predicates ?? [];
-  const enqueue = (event: EnqueueEvent["event"], obj: KubeObject, keys: string[]) => {
+  const enqueue = (
+    event: EnqueueEvent["event"],
+    obj: KubeObject,
+    keys: string[],
+    priority: QueuePriority,
+  ) => {
     if (keys.length === 0) return;
     const cause = tracingEnabled()
       ? enqueueSpan({
@@ -112,18 +130,25 @@ function feed(controller: Controller, w: Source): void {
         keys: [...new Set(keys)],
       })
       : undefined;
-    for (const k of keys) controller.enqueue(k, cause);
+    for (const k of keys) controller.enqueue(k, cause, priority);
   };
+  const urgent = w.priority ? [w.priority] : undefined;
+  const priorityOf = (c: Parameters<typeof passes<KubeObject>>[1]): QueuePriority =>
+    urgent && passes(urgent, c) ? "high" : "normal";
   w.informer.store.addHandler({
     add: (obj) => {
-      if (passes(preds, { type: "create", obj })) enqueue("add", obj, w.map(obj));
+      const c = { type: "create", obj } as const;
+      if (passes(preds, c)) enqueue("add", obj, w.map(obj), priorityOf(c));
     },
     update: (oldObj, newObj) => {
-      if (!passes(preds, { type: "update", oldObj, newObj })) return;
-      enqueue("update", newObj, w.mapOld ? [...w.map(oldObj), ...w.map(newObj)] : w.map(newObj));
+      const c = { type: "update", oldObj, newObj } as const;
+      if (!passes(preds, c)) return;
+      const keys = w.mapOld ? [...w.map(oldObj), ...w.map(newObj)] : w.map(newObj);
+      enqueue("update", newObj, keys, priorityOf(c));
     },
     delete: (obj) => {
-      if (passes(preds, { type: "delete", obj })) enqueue("delete", obj, w.map(obj));
+      const c = { type: "delete", obj } as const;
+      if (passes(preds, c)) enqueue("delete", obj, w.map(obj), priorityOf(c));
     },
   });
 }

@@ -44,7 +44,7 @@ import { MESSAGES, OUTAGE_NOTE } from "./messages.ts";
 import { controllerOf } from "./ownership.ts";
 import type { Metrics } from "./metrics.ts";
 import type { Predicate } from "./predicates.ts";
-import { WorkQueue } from "./queue.ts";
+import { type QueuePriority, WorkQueue } from "./queue.ts";
 // deno-lint-ignore no-unused-vars -- named by {@link Reflector} in the docs below
 import type { Reflector } from "./reflector.ts";
 import type { Store } from "./store.ts";
@@ -427,10 +427,11 @@ export class Controller {
    * Adds a key (deduplicated). `cause`: with tracing on, the span context of the watch event that
    * enqueued it (tracing.ts `enqueueSpan`); the key's next reconcile links to the first cause
    * given since the key was last taken, later ones are dropped (the queue keeps one entry per key).
+   * `priority`: the queue's ({@link QueuePriority}; default `"normal"`).
    */
-  enqueue(key: string, cause?: SpanRef): void {
+  enqueue(key: string, cause?: SpanRef, priority: QueuePriority = "normal"): void {
     if (cause && !this.#enqueuedBy.has(key)) this.#enqueuedBy.set(key, cause);
-    this.queue.add(key);
+    this.queue.add(key, priority);
   }
 
   /**
@@ -730,6 +731,14 @@ export interface OwnedWatch {
   informer: Informer<KubeObject>;
   /** Filters of its changes (all must pass); default none. */
   predicates?: Predicate<KubeObject>[];
+  /**
+   * Changes (of those the predicates let through) whose keys go in the queue's high lane
+   * ({@link QueuePriority}): ones that finish work under way, e.g. an owned Pod becoming Ready,
+   * whose owner then reports Ready with one write instead of waiting behind every new key.
+   * Decided as a predicate is (an omitted decision passes: give `create`, `update` and `delete`).
+   * Default none: every change is normal.
+   */
+  priority?: Predicate<KubeObject>;
 }
 
 /**
@@ -744,6 +753,8 @@ export interface MappedWatch<T extends KubeObject = KubeObject> {
   map(obj: T): string[];
   /** Filters of its changes (all must pass); default none. */
   predicates?: Predicate<T>[];
+  /** Changes whose keys go in the high lane, as {@link OwnedWatch.priority}; default none. */
+  priority?: Predicate<T>;
 }
 
 /**

@@ -168,7 +168,13 @@ export {
   type Predicate,
   resourceVersionChanged,
 } from "./predicates.ts";
-export { type QueueHooks, type QueueOptions, WorkQueue } from "./queue.ts";
+export {
+  HIGH_PRIORITY_RUN,
+  type QueueHooks,
+  type QueueOptions,
+  type QueuePriority,
+  WorkQueue,
+} from "./queue.ts";
 export {
   type LogLevelFn,
   Reflector,

@@ -9,6 +9,11 @@
  *   caller gives (the server's Retry-After, docs/scenarios.md S16);
  *   {@link WorkQueue.forget} resets a key's backoff after success;
  * - {@link WorkQueue.addAfter} keeps the earliest of several pending delays for one key;
+ * - two priorities (controller-runtime's priority queue has the same idea, with integers): a key
+ *   added with `"high"` is handed out before every `"normal"` one, except that after
+ *   {@link HIGH_PRIORITY_RUN} high keys in a row a waiting normal key goes first, so a stream of
+ *   high keys slows normal keys down but never stops them. A pending key added again with a higher
+ *   priority moves up; a lower one never moves it down. Delayed and rate-limited adds are normal;
  * - {@link WorkQueue.shutDown} stops handing out keys at once; {@link WorkQueue.drain} waits for
  *   in-flight keys to be done within a grace period.
  *
@@ -25,6 +30,19 @@ export const QUEUE_MAX_DELAY_MS = 1_000_000;
 export const QUEUE_QPS = 10;
 /** Overall retry burst; client-go DefaultControllerRateLimiter 100. */
 export const QUEUE_BURST = 100;
+
+/**
+ * High keys handed out in a row while a normal key waits, before that normal key goes: the bound
+ * that keeps a stream of high keys from starving the rest (the normal lane gets at least one
+ * worker slot in `HIGH_PRIORITY_RUN + 1`).
+ */
+export const HIGH_PRIORITY_RUN = 4;
+
+/**
+ * Priority of an {@link WorkQueue.add}: `"high"` for a change that finishes work already under way
+ * (an owned object reaching the state its owner waits for), `"normal"` for everything else.
+ */
+export type QueuePriority = "normal" | "high";
 
 /** Hooks for metrics; each must not throw. Durations in seconds. */
 export interface QueueHooks {
@@ -59,8 +77,13 @@ export class WorkQueue {
   #clock: Clock;
   #o: Required<Omit<QueueOptions, "clock" | "hooks">>;
   #hooks: QueueHooks;
-  #queue = new Set<string>(); // ordered: Set keeps insertion order
+  #queue = new Set<string>(); // normal lane, ordered: Set keeps insertion order
+  #urgent = new Set<string>(); // high lane, ordered likewise; a key is in at most one lane
   #dirty = new Set<string>();
+  /** Keys added with high priority while in flight: queued in the high lane after `done`. */
+  #dirtyHigh = new Set<string>();
+  /** High keys handed out in a row since the last normal one ({@link HIGH_PRIORITY_RUN}). */
+  #run = 0;
   #completed = 0;
   #processing = new Map<string, number>(); // key -> start time (ms)
   #addedAt = new Map<string, number>();
@@ -96,9 +119,14 @@ export class WorkQueue {
     return this.#completed;
   }
 
-  /** Keys waiting to be handed out (workqueue_depth). */
+  /** Keys waiting to be handed out, both priorities (workqueue_depth). */
   get depth(): number {
-    return this.#queue.size;
+    return this.#queue.size + this.#urgent.size;
+  }
+
+  /** Keys waiting with high priority. */
+  get depthHigh(): number {
+    return this.#urgent.size;
   }
 
   /** Keys being processed now. */
@@ -153,13 +181,19 @@ export class WorkQueue {
    */
   dropWhere(matches: (key: string) => boolean): number {
     let n = 0;
-    for (const key of [...this.#queue]) {
-      if (!matches(key)) continue;
-      this.#queue.delete(key);
-      this.#addedAt.delete(key);
-      n++;
+    for (const lane of [this.#queue, this.#urgent]) {
+      for (const key of [...lane]) {
+        if (!matches(key)) continue;
+        lane.delete(key);
+        this.#addedAt.delete(key);
+        n++;
+      }
     }
-    for (const key of [...this.#dirty]) if (matches(key)) this.#dirty.delete(key);
+    for (const key of [...this.#dirty]) {
+      if (!matches(key)) continue;
+      this.#dirty.delete(key);
+      this.#dirtyHigh.delete(key);
+    }
     for (const [key, d] of [...this.#delayed]) {
       if (!matches(key)) continue;
       this.#clock.clearTimer(d.handle);
@@ -174,6 +208,7 @@ export class WorkQueue {
   depthWhere(matches: (key: string) => boolean): number {
     let n = 0;
     for (const key of this.#queue) if (matches(key)) n++;
+    for (const key of this.#urgent) if (matches(key)) n++;
     return n;
   }
 
@@ -197,31 +232,63 @@ export class WorkQueue {
     });
   }
 
-  /** Adds a key now. Merges with a pending one; marks dirty if in flight. No-op after shutdown. */
-  add(key: string): void {
+  /**
+   * Adds a key now, with `priority` (default `"normal"`; see {@link QueuePriority}). Merges with a
+   * pending one (which moves to the high lane when this add is high and it was not); marks dirty
+   * if in flight (queued after {@link done} with the highest priority it was added with
+   * meanwhile). No-op after shutdown.
+   */
+  add(key: string, priority: QueuePriority = "normal"): void {
     if (this.#shuttingDown) return;
     if (this.#admit && !this.#admit.fn(key)) return;
     this.#hooks.onAdd?.();
-    if (this.#dirty.has(key)) return;
+    const high = priority === "high";
+    if (this.#dirty.has(key)) {
+      if (!high) return;
+      if (this.#processing.has(key)) this.#dirtyHigh.add(key);
+      else if (this.#queue.delete(key)) this.#urgent.add(key);
+      return;
+    }
     this.#dirty.add(key);
-    if (this.#processing.has(key)) return;
-    this.#enqueue(key);
+    if (this.#processing.has(key)) {
+      if (high) this.#dirtyHigh.add(key);
+      return;
+    }
+    this.#enqueue(key, high);
   }
 
-  #enqueue(key: string): void {
+  #enqueue(key: string, high: boolean): void {
     this.#addedAt.set(key, this.#clock.now());
     const w = this.#waiters.shift();
     if (w) {
       this.#take(key);
       w(key);
     } else {
-      this.#queue.add(key);
+      (high ? this.#urgent : this.#queue).add(key);
     }
+  }
+
+  /**
+   * The key {@link get} hands out next, or undefined when none waits: the first high key, unless
+   * {@link HIGH_PRIORITY_RUN} high keys went in a row and a normal key waits; else the first
+   * normal key.
+   */
+  #next(): string | undefined {
+    const high = this.#urgent.values().next();
+    const normal = this.#queue.values().next();
+    if (!high.done && (normal.done || this.#run < HIGH_PRIORITY_RUN)) {
+      this.#run++;
+      return high.value;
+    }
+    this.#run = 0;
+    return normal.done ? undefined : normal.value;
   }
 
   #take(key: string): void {
     this.#queue.delete(key);
+    this.#urgent.delete(key);
     this.#dirty.delete(key);
+    this.#dirtyHigh.delete(key);
     const now = this.#clock.now();
     this.#processing.set(key, now);
     const added = this.#addedAt.get(key);
@@ -281,10 +348,10 @@ export class WorkQueue {
    */
   get(signal?: AbortSignal): Promise<string | undefined> {
     if (this.#shuttingDown || signal?.aborted) return Promise.resolve(undefined);
-    const first = this.#queue.values().next();
-    if (!first.done) {
-      this.#take(first.value);
-      return Promise.resolve(first.value);
+    const next = this.#next();
+    if (next !== undefined) {
+      this.#take(next);
+      return Promise.resolve(next);
     }
     return new Promise((resolve) => {
       const w = (k: string | undefined) => {
@@ -308,7 +375,8 @@ export class WorkQueue {
     this.#processing.delete(key);
     this.#completed++;
     this.#hooks.onDone?.((this.#clock.now() - started) / 1000);
-    if (this.#dirty.has(key) && !this.#shuttingDown) this.#enqueue(key);
+    if (this.#dirty.has(key) && !this.#shuttingDown) this.#enqueue(key, this.#dirtyHigh.has(key));
+    this.#dirtyHigh.delete(key);
     if (this.#processing.size === 0) { for (const w of this.#idleWaiters.splice(0)) w(); }
     for (const w of [...this.#keyWaiters]) {
       if (matchesAny(this.#processing.keys(), w.matches)) continue;

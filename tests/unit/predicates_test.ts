@@ -5,9 +5,11 @@
  * builds random trees of predicates (each leaf deciding some kinds of change and omitting others)
  * and checks that `passes` of a tree is the boolean formula of its leaves with an omitted decision
  * taken as a pass: not negates, and is every, or is some, and `and(...ps)` is a watch's own list.
+ * Also the AppService controller's priority predicate for owned Pods (POD_READINESS_CHANGED).
  */
 import fc from "fast-check";
-import { assertEquals } from "../assert.ts";
+import { assert, assertEquals } from "../assert.ts";
+import { POD_READINESS_CHANGED } from "../../lib/appservice/controller.ts";
 import type { KubeObject } from "../../lib/kube/client.ts";
 import {
   allOf,
@@ -174,4 +176,19 @@ Deno.test("and / or / not (property): passes of a tree is its formula; and(...ps
     assertEquals(passes([and(...ps)], c), passes(ps, c));
     assertEquals(passes([or(...ps)], c), ps.some((p) => passes([p], c)));
   }));
+});
+
+Deno.test("POD_READINESS_CHANGED: a Pod's Ready flip and its removal are high priority; its create and other updates are not", () => {
+  const pod = (ready?: "True" | "False", rv = "1"): KubeObject =>
+    ({
+      metadata: { namespace: "ns", name: "p", resourceVersion: rv },
+      status: ready ? { conditions: [{ type: "Ready", status: ready }] } : {},
+    }) as KubeObject;
+  const p = [POD_READINESS_CHANGED];
+  assert(!passes(p, { type: "create", obj: pod("True") }), "create");
+  assert(passes(p, { type: "update", oldObj: pod("False"), newObj: pod("True", "2") }), "Ready");
+  assert(passes(p, { type: "update", oldObj: pod("True"), newObj: pod("False", "2") }), "unready");
+  assert(!passes(p, { type: "update", oldObj: pod(), newObj: pod("False", "2") }), "no flip");
+  assert(!passes(p, { type: "update", oldObj: pod("True"), newObj: pod("True", "2") }), "same");
+  assert(passes(p, { type: "delete", obj: pod("True") }), "delete");
 });

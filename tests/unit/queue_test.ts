@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { assert, assertEquals } from "../assert.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
-import { WorkQueue } from "../../lib/runtime/queue.ts";
+import { HIGH_PRIORITY_RUN, WorkQueue } from "../../lib/runtime/queue.ts";
 
 Deno.test("queue: a pending key added again is merged", async () => {
   const q = new WorkQueue({ clock: new FakeClock() });
@@ -106,9 +106,13 @@ Deno.test("queue: drain gives up after its grace period", async () => {
 
 /** Property: under any interleaving of add/get/done, no key is in flight twice, no add is lost. */
 Deno.test("queue: property — exclusive per key, adds never lost, duplicates merged", async () => {
-  type Op = { t: "add"; k: number } | { t: "get" } | { t: "done"; i: number };
+  type Op = { t: "add"; k: number; high: boolean } | { t: "get" } | { t: "done"; i: number };
   const op = fc.oneof(
-    fc.record({ t: fc.constant("add" as const), k: fc.integer({ min: 0, max: 4 }) }),
+    fc.record({
+      t: fc.constant("add" as const),
+      k: fc.integer({ min: 0, max: 4 }),
+      high: fc.boolean(),
+    }),
     fc.record({ t: fc.constant("get" as const) }),
     fc.record({ t: fc.constant("done" as const), i: fc.nat() }),
   );
@@ -120,7 +124,7 @@ Deno.test("queue: property — exclusive per key, adds never lost, duplicates me
       const owed = new Set<string>();
       for (const o of ops) {
         if (o.t === "add") {
-          q.add(`k${o.k}`);
+          q.add(`k${o.k}`, o.high ? "high" : "normal");
           owed.add(`k${o.k}`);
         } else if (o.t === "get") {
           if (q.depth === 0) continue;
@@ -155,4 +159,83 @@ Deno.test("queue S16: addRateLimited waits the larger of the backoff and a minim
   assertEquals(q.addRateLimited("k", 1), 20); // the backoff is larger
   assertEquals(q.numRequeues("k"), 3);
   assertEquals(q.delayed, 1);
+});
+
+Deno.test("queue priority: high keys go before normal ones, each lane in order", async () => {
+  const q = new WorkQueue({ clock: new FakeClock() });
+  q.add("n1");
+  q.add("h1", "high");
+  q.add("n2");
+  q.add("h2", "high");
+  assertEquals(q.depth, 4);
+  assertEquals(q.depthHigh, 2);
+  const got = [];
+  for (let i = 0; i < 4; i++) got.push(await q.get());
+  assertEquals(got, ["h1", "h2", "n1", "n2"]);
+});
+
+Deno.test("queue priority: a pending normal key added high moves up; a high one never moves down", async () => {
+  const q = new WorkQueue({ clock: new FakeClock() });
+  q.add("a");
+  q.add("b");
+  q.add("b", "high"); // moves up, not duplicated
+  q.add("c", "high");
+  q.add("c"); // stays high
+  assertEquals(q.depth, 3);
+  assertEquals(q.depthHigh, 2);
+  assertEquals([await q.get(), await q.get(), await q.get()], ["b", "c", "a"]);
+});
+
+Deno.test("queue priority: a key added high while in flight is queued high after done", async () => {
+  const q = new WorkQueue({ clock: new FakeClock() });
+  q.add("k");
+  assertEquals(await q.get(), "k");
+  q.add("n");
+  q.add("k"); // dirty, normal
+  q.add("k", "high"); // dirty, now high
+  q.done("k");
+  assertEquals(q.depthHigh, 1);
+  assertEquals(await q.get(), "k");
+  assertEquals(await q.get(), "n");
+  // Control: added only normal while in flight, it is queued normal (behind "m").
+  q.done("k");
+  q.done("n");
+  q.add("k");
+  assertEquals(await q.get(), "k");
+  q.add("m");
+  q.add("k");
+  q.done("k");
+  assertEquals(q.depthHigh, 0);
+  assertEquals([await q.get(), await q.get()], ["m", "k"]);
+});
+
+Deno.test("queue priority: after HIGH_PRIORITY_RUN high keys in a row a waiting normal key goes", async () => {
+  const q = new WorkQueue({ clock: new FakeClock() });
+  q.add("n1");
+  q.add("n2");
+  for (let i = 0; i < 2 * HIGH_PRIORITY_RUN + 2; i++) q.add(`h${i}`, "high");
+  const got: string[] = [];
+  for (let i = 0; i < 2 * HIGH_PRIORITY_RUN + 4; i++) got.push((await q.get())!);
+  const run = Array.from({ length: HIGH_PRIORITY_RUN }, (_, i) => `h${i}`);
+  const run2 = Array.from({ length: HIGH_PRIORITY_RUN }, (_, i) => `h${i + HIGH_PRIORITY_RUN}`);
+  assertEquals(got, [
+    ...run,
+    "n1",
+    ...run2,
+    "n2",
+    `h${2 * HIGH_PRIORITY_RUN}`,
+    `h${2 * HIGH_PRIORITY_RUN + 1}`,
+  ]);
+  assertEquals(q.depth, 0);
+});
+
+Deno.test("queue priority: dropWhere and depthWhere see both lanes", () => {
+  const q = new WorkQueue({ clock: new FakeClock() });
+  q.add("a/1");
+  q.add("a/2", "high");
+  q.add("b/1", "high");
+  assertEquals(q.depthWhere((k) => k.startsWith("a/")), 2);
+  assertEquals(q.dropWhere((k) => k.startsWith("a/")), 2);
+  assertEquals(q.depth, 1);
+  assertEquals(q.depthHigh, 1);
 });

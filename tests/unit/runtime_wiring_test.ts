@@ -352,3 +352,50 @@ Deno.test("runtime names: the metric prefix and the log root are the user's; the
   }
   assertEquals(category(log("manager")), ["appservice-operator", "manager"]);
 });
+
+Deno.test("runtime: an owned watch's priority predicate puts its owner's key in the high lane", async () => {
+  const m = manager();
+  const widgets = m.informer<KubeObject>(WIDGETS);
+  const pods = m.informer<KubeObject>(PODS);
+  const c = m.add({
+    name: "widgets",
+    for: widgets,
+    owns: [{
+      informer: pods,
+      priority: {
+        create: () => false,
+        update: (a, b) => a.metadata?.labels?.ready !== b.metadata?.labels?.ready,
+        delete: () => true,
+      },
+    }],
+    reconcile: () => Promise.resolve(Reconcile.done),
+  });
+  const w1 = obj("ns", "w1"), w2 = obj("ns", "w2");
+  widgets.store.upsert(w1);
+  widgets.store.upsert(w2);
+  await drainKeys(c);
+  // A new primary first (normal), then an owned create (normal): FIFO.
+  widgets.store.upsert(obj("ns", "w3"));
+  pods.store.upsert(obj("ns", "p1", { ownerReferences: ownedBy(w1) }));
+  assertEquals(c.queue.depthHigh, 0, "an owned create is normal");
+  // An owned update the predicate passes: its owner goes before w3, which was added first.
+  pods.store.upsert(obj("ns", "p2", { ownerReferences: ownedBy(w2) }));
+  await drainKeys(c);
+  widgets.store.upsert(obj("ns", "w4"));
+  pods.store.upsert(
+    obj("ns", "p2", { ownerReferences: ownedBy(w2), resourceVersion: "2", labels: { ready: "1" } }),
+  );
+  assertEquals(c.queue.depthHigh, 1);
+  assertEquals(await c.queue.get(), "ns/w2");
+  assertEquals(await c.queue.get(), "ns/w4");
+  c.queue.done("ns/w2");
+  c.queue.done("ns/w4");
+  // An owned update the predicate does not pass stays normal; a delete passes.
+  pods.store.upsert(
+    obj("ns", "p2", { ownerReferences: ownedBy(w2), resourceVersion: "3", labels: { ready: "1" } }),
+  );
+  assertEquals([c.queue.depth, c.queue.depthHigh], [1, 0]);
+  await drainKeys(c);
+  pods.store.remove(obj("ns", "p1", { ownerReferences: ownedBy(w1) }));
+  assertEquals(c.queue.depthHigh, 1, "a deleted owned object's owner is high");
+});
