@@ -34,7 +34,7 @@ import {
 import { REPO } from "../tests/cluster/host.ts";
 import { AuditLog } from "./lib/audit.ts";
 import { benchClient, createNamespace, dropNamespace, installCrd } from "./lib/kube.ts";
-import { AGENT_PREFIX, buildPeer, warmOurs } from "./lib/operators.ts";
+import { AGENT_PREFIX, buildPeer, CLUSTER_AGENTS, warmOurs } from "./lib/operators.ts";
 import { importCosts, storeCosts } from "./lib/memory.ts";
 import { loadAverage, machineLine, README_MD, writeSection } from "./lib/report.ts";
 import {
@@ -175,6 +175,7 @@ async function runScenarios(
     AGENT_PREFIX.peer,
     BENCH_AGENT,
     CEILING_AGENT,
+    ...CLUSTER_AGENTS,
   ]);
   let failed = false;
   try {

@@ -142,6 +142,27 @@ export function meanWriteServerMs(records: AuditRecord[]): number {
   return w.length === 0 ? NaN : w.reduce((s, r) => s + r.serverMs, 0) / w.length;
 }
 
+/**
+ * Mean apiserver time (ms, 2 decimals) of the write requests among `records`, keyed `verb resource`
+ * (e.g. `create pods`), sorted by key. The mean over all writes mixes kinds of different cost (a Pod
+ * create passes more admission than a status patch), so two clients with other mixes compare only
+ * kind by kind.
+ */
+export function writeServerMsByVerbResource(records: AuditRecord[]): Record<string, number> {
+  const sum: Record<string, [number, number]> = {};
+  for (const r of records) {
+    if (!WRITE_VERBS.has(r.verb) || r.resource.endsWith("reviews")) continue;
+    const k = `${r.verb} ${r.resource}`;
+    const e = sum[k] ??= [0, 0];
+    e[0] += r.serverMs;
+    e[1]++;
+  }
+  return Object.fromEntries(
+    Object.entries(sum).sort(([a], [b]) => a.localeCompare(b))
+      .map(([k, [ms, n]]) => [k, Number((ms / n).toFixed(2))]),
+  );
+}
+
 /** Request counts keyed `verb resource` (e.g. `create pods`), sorted by key. */
 export function countByVerbResource(records: AuditRecord[]): Record<string, number> {
   const out: Record<string, number> = {};

@@ -19,6 +19,13 @@ export const AGENT_PREFIX: Record<OperatorKind, string> = {
   peer: "appservice-peer/",
 };
 
+/**
+ * User-Agent prefixes of the control plane's components that write because an operator created
+ * Pods (the scheduler binds each Pod, kwok writes its status): their writes share the apiserver with
+ * the operator's during a converge, so the benchmark counts them beside the operator's.
+ */
+export const CLUSTER_AGENTS: readonly string[] = ["kube-scheduler/", "kwok/"];
+
 /** Settings given to both implementations alike. */
 export interface OperatorSettings {
   kubeconfig: string;

@@ -34,6 +34,8 @@ export interface BenchOptions {
   failoverRuns: number;
   /** Scenario sharded: with the ShardedListAndWatch gate on, off, or both (`--sharded-gate`). */
   shardedGates: boolean[];
+  /** Scenario sharded: the replica counts to run, 1 and/or 3 (`--sharded-replicas`). */
+  shardedReplicas: number[];
   clusterDir: string;
   /** Extra `deno run` flags for ours (experiments, e.g. V8 flags), after deno task start's. */
   oursDenoFlags: string[];
@@ -73,6 +75,7 @@ export const USAGE = `usage: deno task bench [flags]
   --converge-timeout-seconds 900 a run that does not converge within this fails (exit 1)
   --sharded-gate both            scenario sharded with the ShardedListAndWatch gate on,
                                  off or both
+  --sharded-replicas 1,3         scenario sharded: the runs with 1 replica, with 3, or both
   --failover-runs 2              repetitions of each failover case (the table shows the
                                  median and min–max)
   --ours-deno-flags "FLAGS"      extra deno run flags for ours, after deno task start's
@@ -93,6 +96,15 @@ function shardedGates(v: string): boolean[] {
   throw new Error(`--sharded-gate: "${v}" is not one of on, off, both`);
 }
 
+/** `--sharded-replicas`: a list of 1 and 3. @throws Error for anything else. */
+function shardedReplicas(v: string): number[] {
+  const out = v.split(",").map((x) => Number(x.trim()));
+  if (out.length === 0 || out.some((n) => n !== 1 && n !== 3)) {
+    throw new Error(`--sharded-replicas: "${v}" is not a list of 1 and 3`);
+  }
+  return [...new Set(out)].sort();
+}
+
 /** Parses argv. @throws Error for malformed flags. */
 export function parseBenchArgs(args: string[]): BenchOptions {
   const { values } = parseArgs({
@@ -110,6 +122,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
       "converge-timeout-seconds": { type: "string", default: "900" },
       "failover-runs": { type: "string", default: "2" },
       "sharded-gate": { type: "string", default: "both" },
+      "sharded-replicas": { type: "string", default: "1,3" },
       "cluster-dir": { type: "string", default: join(stateDir(), "bench-cluster") },
       "ours-deno-flags": { type: "string", default: "" },
       "reuse-cluster": { type: "boolean", default: false },
@@ -162,6 +175,7 @@ export function parseBenchArgs(args: string[]): BenchOptions {
     ),
     failoverRuns: intFlag("failover-runs", values["failover-runs"], 0, 20),
     shardedGates: shardedGates(values["sharded-gate"]),
+    shardedReplicas: shardedReplicas(values["sharded-replicas"]),
     clusterDir: values["cluster-dir"],
     oursDenoFlags: values["ours-deno-flags"].split(/\s+/).filter(Boolean),
     reuseCluster: values["reuse-cluster"],

@@ -458,7 +458,8 @@ export function summaryMarkdown(r: BenchResults): string {
   const median = (cell: string) => cell.split(" (")[0];
   const show = (x: ScenarioRow | undefined) => {
     if (!x) return "—";
-    const text = `${median(x.ours)} vs ${median(x.peer)} (${x.ratio}×)`;
+    const text = `${median(x.ours)} vs ${median(x.peer)}` +
+      (x.ratio === "–" ? " (–)" : ` (${x.ratio}×)`);
     return x.behind ? `**${text}**` : text;
   };
   const sizes = r.options.sizes;
@@ -545,6 +546,61 @@ export function markdown(r: BenchResults): string {
     a?.convergeRequests?.[k] ?? 0,
     b?.convergeRequests?.[k] ?? 0,
   ]);
+  // Apiserver time by kind of write, all sizes: medians over the repeats of each operator.
+  const okRuns = (kind: OperatorKind, n: number) =>
+    r.converge.filter((c) => c.operator === kind && c.n === n && c.ok);
+  const kindMs = (kind: OperatorKind, n: number, k: string) =>
+    okRuns(kind, n).map((c) => c.writeServerMsByKind?.[k]).filter((x): x is number =>
+      typeof x === "number"
+    );
+  const latencyRows = r.options.sizes.flatMap((n) => {
+    const kinds = [
+      ...new Set(
+        r.converge.filter((c) => c.n === n).flatMap((c) =>
+          Object.keys(c.writeServerMsByKind ?? {})
+        ),
+      ),
+    ].sort();
+    return kinds.map((k) => {
+      const x = kindMs("ours", n, k), y = kindMs("peer", n, k);
+      const mx = x.length ? median(x) : undefined, my = y.length ? median(y) : undefined;
+      return [
+        n,
+        `\`${k}\``,
+        x.length ? spread(x, 1) : "–",
+        y.length ? spread(y, 1) : "–",
+        ratio(mx, my),
+      ];
+    });
+  });
+  // The path to the first Ready: ms after the first create of each step's first request.
+  const STEP_ORDER = [
+    "AppService created",
+    "Pod created",
+    "Pod bound",
+    "Pod status written",
+    "AppService status written",
+  ];
+  const stepRows = r.options.sizes.flatMap((n) =>
+    STEP_ORDER.map((step) => {
+      const ms = (kind: OperatorKind) =>
+        okRuns(kind, n).map((c) => c.firstSteps?.[step]).filter((x): x is number =>
+          typeof x === "number"
+        );
+      const x = ms("ours"), y = ms("peer");
+      return [n, step, x.length ? spread(x, 0) : "–", y.length ? spread(y, 0) : "–"];
+    }).filter((row) => row[2] !== "–" || row[3] !== "–")
+  );
+  const clusterLine = r.options.sizes.map((n) => {
+    const part = (kind: OperatorKind) => {
+      const runs = okRuns(kind, n).filter((c) => c.clusterWrites);
+      if (runs.length === 0) return "–";
+      const ps = runs.map((c) => c.clusterWrites!.perSecond);
+      const ms = runs.map((c) => c.clusterWrites!.meanServerMs);
+      return `${fmt(median(ps), 1)}/s at ${fmt(median(ms), 1)} ms`;
+    };
+    return `N=${n}: ours ${part("ours")} / peer ${part("peer")}`;
+  });
   const steadyKeys = [
     ...new Set([
       ...Object.keys(a?.steady?.requests ?? {}),
@@ -589,6 +645,26 @@ export function markdown(r: BenchResults): string {
     `Converge requests by verb and resource, N=${nMax} (audit log, by User-Agent):`,
     "",
     table(["verb resource", "ours", "peer"], verbRows),
+    "",
+    latencyRows.length > 0
+      ? "Converge: apiserver ms per write by verb and resource (audit; median of the repeats, " +
+        "min–max). The mean over all writes in the table above mixes kinds of different cost, " +
+        "and the two operators make different mixes:\n\n" +
+        table(["N", "verb resource", "ours", "peer", "ours/peer"], latencyRows)
+      : "",
+    "",
+    stepRows.length > 0
+      ? "Converge: the path to the first AppService Ready — ms from the first create to the " +
+        "first request of each step in the run's namespace (audit; median of the repeats, " +
+        "min–max):\n\n" + table(["N", "first of", "ours", "peer"], stepRows)
+      : "",
+    "",
+    r.converge.some((c) => c.clusterWrites)
+      ? "Writes of the control plane's own components in the run's namespace during converge " +
+        "(kube-scheduler's bindings, kwok's Pod status; median rate and mean apiserver ms): " +
+        `${clusterLine.join(". ")}. They follow the operator's Pod creates, so the faster ` +
+        "operator shares the apiserver with more of them."
+      : "",
     "",
     steadyRows.length > 0
       ? `Steady-state requests, N=${nMax}, over ${

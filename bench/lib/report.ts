@@ -85,7 +85,8 @@ export function spread(xs: number[], digits = 1): string {
 
 /** ours / peer with two decimals, or "–". */
 export function ratio(ours: number | undefined | null, peer: number | undefined | null): string {
-  if (typeof ours !== "number" || typeof peer !== "number" || !Number.isFinite(ours)) return "–";
+  if (typeof ours !== "number" || typeof peer !== "number") return "–";
+  if (!Number.isFinite(ours) || !Number.isFinite(peer)) return "–";
   if (peer === 0) return ours === 0 ? "1.00" : "∞";
   return (ours / peer).toFixed(2);
 }

@@ -35,6 +35,22 @@ export interface ConvergeResult {
   cpuSecondsConverge?: number;
   /** Mean apiserver time of the operator's writes during converge (audit timestamps), ms. */
   meanWriteServerMs?: number;
+  /** The same by `verb resource` (e.g. `create pods`), ms. */
+  writeServerMsByKind?: Record<string, number>;
+  /**
+   * Writes of the control plane's components (`CLUSTER_AGENTS`: scheduler bindings, kwok's Pod
+   * status) in the run's namespace from the first create to convergence, and their mean apiserver
+   * time, ms: load the operator's Pod creates cause, which its own writes queue behind.
+   */
+  clusterWrites?: { count: number; perSecond: number; meanServerMs: number };
+  /**
+   * The path to the first AppService Ready, from the audit log: ms from the first create until the
+   * first request of each step in the run's namespace — the benchmark's first AppService create,
+   * the operator's first Pod create, the scheduler's first binding, kwok's first Pod status write,
+   * the operator's first AppService status write. Which step takes the time says why the first
+   * AppService is Ready when it is.
+   */
+  firstSteps?: Record<string, number>;
   /** Seconds from the first create to the first, half and all Ready. */
   firstReadySeconds?: number;
   halfReadySeconds?: number;

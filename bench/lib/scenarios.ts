@@ -14,10 +14,13 @@ import { type AppService, FINALIZER } from "../../lib/appservice/schema.ts";
 import { cacheDir, type ClusterInfo } from "../../tests/cluster/cluster.ts";
 import {
   type AuditLog,
+  type AuditRecord,
   countByVerbResource,
   countWrites,
   meanWriteServerMs,
   parseTime,
+  WRITE_VERBS,
+  writeServerMsByVerbResource,
 } from "./audit.ts";
 import {
   AS_RESOURCE,
@@ -33,6 +36,7 @@ import {
 } from "./kube.ts";
 import {
   AGENT_PREFIX,
+  CLUSTER_AGENTS,
   isLeaderByMetrics,
   type OperatorKind,
   type OperatorProcess,
@@ -95,6 +99,44 @@ function settingsFor(o: BenchOptions, info: ClusterInfo): OperatorSettings {
  * times until all are Ready; on the full run (`repeat` 0) also steady state, memory and start-up.
  * Cleans the namespace up at the end; a failure is recorded in the result (`ok`, `error`), not thrown.
  */
+/**
+ * The first request of each step on the way to an AppService's Ready in namespace `ns` between
+ * `t0` and `t1`, ms after `t0` (see {@linkcode ConvergeResult.firstSteps}); a step not seen is
+ * left out.
+ */
+function firstSteps(
+  audit: AuditLog,
+  agent: string,
+  ns: string,
+  t0: number,
+  t1: number,
+): Record<string, number> {
+  const steps: [string, string, (r: AuditRecord) => boolean][] = [
+    ["AppService created", BENCH_AGENT, (r) => r.verb === "create" && r.resource === "appservices"],
+    ["Pod created", agent, (r) => r.verb === "create" && r.resource === "pods"],
+    ["Pod bound", "kube-scheduler/", (r) => r.verb === "create" && r.resource === "pods/binding"],
+    [
+      "Pod status written",
+      "kwok/",
+      (r) => (r.verb === "patch" || r.verb === "update") && r.resource === "pods/status",
+    ],
+    [
+      "AppService status written",
+      agent,
+      (r) => WRITE_VERBS.has(r.verb) && r.resource === "appservices/status",
+    ],
+  ];
+  const out: Record<string, number> = {};
+  for (const [name, who, match] of steps) {
+    const first = audit.between(who, t0, t1).find((r) =>
+      r.namespace === ns && r.code < 300 &&
+      match(r)
+    );
+    if (first) out[name] = Math.round(first.atMs - t0);
+  }
+  return out;
+}
+
 export async function convergeRun(
   kind: OperatorKind,
   n: number,
@@ -159,6 +201,16 @@ export async function convergeRun(
     res.convergeWrites = countWrites(conv);
     res.writesPerAppService = Number((res.convergeWrites / n).toFixed(2));
     res.meanWriteServerMs = Number(meanWriteServerMs(conv).toFixed(2));
+    res.writeServerMsByKind = writeServerMsByVerbResource(conv);
+    const cluster = CLUSTER_AGENTS.flatMap((a) => audit.between(a, t0, t1))
+      .filter((r) => r.namespace === ns);
+    const clusterWrites = countWrites(cluster);
+    res.clusterWrites = {
+      count: clusterWrites,
+      perSecond: Number((clusterWrites / ((t1 - t0) / 1000)).toFixed(1)),
+      meanServerMs: Number(meanWriteServerMs(cluster).toFixed(2)),
+    };
+    res.firstSteps = firstSteps(audit, agent, ns, t0, t1);
     const at = (count: number) => res.timeline.find(([, c]) => c >= count)?.[0];
     res.firstReadySeconds = (at(1) ?? NaN) / 1000;
     res.halfReadySeconds = (at(Math.ceil(n / 2)) ?? NaN) / 1000;
