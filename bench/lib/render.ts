@@ -288,16 +288,27 @@ function higherIsBetter(label: string): boolean {
   return label.includes("% of the ceiling");
 }
 
+/**
+ * The finite numbers `f` gives of `kind`'s successful converge runs at size `n`, in run order (runs
+ * without one are left out): the repeats a table cell takes the median and min–max of.
+ */
+function convergeValues(
+  r: BenchResults,
+  kind: OperatorKind,
+  n: number,
+  f: (c: ConvergeResult) => number | undefined,
+): number[] {
+  return r.converge.filter((c) => c.operator === kind && c.n === n && c.ok).map(f)
+    .filter((x): x is number => typeof x === "number" && Number.isFinite(x));
+}
+
 /** The rows of the scenario table of `r` (see {@link ScenarioRow}), in table order. */
 export function scenarioRows(r: BenchResults): ScenarioRow[] {
   // Steady state, memory and start-up: the full run; converge measures: median of the repeats.
   const get = (kind: OperatorKind, n: number) =>
     r.converge.find((c) => c.operator === kind && c.n === n && c.repeat === 0);
-  const runsOf = (kind: OperatorKind, n: number) =>
-    r.converge.filter((c) => c.operator === kind && c.n === n && c.ok);
   const values = (kind: OperatorKind, n: number, f: (c: ConvergeResult) => number | undefined) =>
-    runsOf(kind, n).map(f).filter((x): x is number => typeof x === "number")
-      .filter(Number.isFinite);
+    convergeValues(r, kind, n, f);
   const rows: ScenarioRow[] = [];
   const row = (
     label: string,
@@ -550,9 +561,7 @@ export function markdown(r: BenchResults): string {
   const okRuns = (kind: OperatorKind, n: number) =>
     r.converge.filter((c) => c.operator === kind && c.n === n && c.ok);
   const kindMs = (kind: OperatorKind, n: number, k: string) =>
-    okRuns(kind, n).map((c) => c.writeServerMsByKind?.[k]).filter((x): x is number =>
-      typeof x === "number"
-    );
+    convergeValues(r, kind, n, (c) => c.writeServerMsByKind?.[k]);
   const latencyRows = r.options.sizes.flatMap((n) => {
     const kinds = [
       ...new Set(
@@ -583,10 +592,7 @@ export function markdown(r: BenchResults): string {
   ];
   const stepRows = r.options.sizes.flatMap((n) =>
     STEP_ORDER.map((step) => {
-      const ms = (kind: OperatorKind) =>
-        okRuns(kind, n).map((c) => c.firstSteps?.[step]).filter((x): x is number =>
-          typeof x === "number"
-        );
+      const ms = (kind: OperatorKind) => convergeValues(r, kind, n, (c) => c.firstSteps?.[step]);
       const x = ms("ours"), y = ms("peer");
       return [n, step, x.length ? spread(x, 0) : "–", y.length ? spread(y, 0) : "–"];
     }).filter((row) => row[2] !== "–" || row[3] !== "–")
