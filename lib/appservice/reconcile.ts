@@ -110,14 +110,16 @@ import { statusWritten, WrittenVersions } from "./written.ts";
 import { cleanupStatus, type FailedPod, reconcileStatus } from "./report.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import {
+  awaitsScheduler,
   type CauseSignature,
   type ConditionInput,
   conditionReason,
+  type HeldStep,
+  holdRolloutStep,
   isRolloutStep,
   newCauses,
   type PodCause,
   REASON_PROGRESS_DEADLINE_EXCEEDED,
-  ROLLOUT_STEP_HOLD_MS,
   statusChanged,
   statusWriteAtMs,
 } from "./status.ts";
@@ -176,10 +178,10 @@ class AppServiceReconciler {
   /** Stuck-Pod causes seen per AppService key, by Pod uid (see {@link newCauses}). */
   #seenCauses = new Map<string, Map<string, CauseSignature>>();
   /**
-   * Per AppService key, when the rollout step waiting to be written was first computed (ms; see
-   * {@link ROLLOUT_STEP_HOLD_MS}); cleared by a write and by a status that is no such step.
+   * Per AppService key, the rollout step waiting to be written ({@link holdRolloutStep}); cleared
+   * by a write and by a status that is no such step.
    */
-  #heldStepSince = new Map<string, number>();
+  #heldStep = new Map<string, HeldStep>();
   #rejected: RejectedWrites;
   #replacements: PodReplacements;
   #written = new WrittenVersions<AppService>();
@@ -235,7 +237,7 @@ class AppServiceReconciler {
       this.#appliedPdb.delete(key);
       this.#written.forget(key);
       this.#seenCauses.delete(key);
-      this.#heldStepSince.delete(key);
+      this.#heldStep.delete(key);
       this.#rejected.forget(key);
       this.#replacements.forget(key);
       return Reconcile.done;
@@ -273,28 +275,32 @@ class AppServiceReconciler {
    * Writes `next` as the status of `as` when it differs from the stored one: at once when its
    * state changed, else (only counters and messages) not before {@link statusWriteAtMs}
    * (docs/scenarios.md S24); a step of a healthy rollout ({@link isRolloutStep}) not before
-   * {@link ROLLOUT_STEP_HOLD_MS} after it was first computed, so a Pod that becomes Ready soon
-   * costs one write. Returns when a write held back is due (ms), if one was.
+   * `ROLLOUT_STEP_HOLD_MS` (status.ts) after it was first computed, or after the first reconcile
+   * that saw every Pod bound (`podsUnbound`, {@link awaitsScheduler}: the hold starts again at each
+   * reconcile that sees a Pod waiting for kube-scheduler, and at the first one after; at most
+   * `ROLLOUT_STEP_MAX_HOLD_MS` in all), so a Pod that becomes Ready soon after its binding costs
+   * one write. Returns when a write held back is due (ms), if one was.
    */
   async #writeStatus(
     key: string,
     as: AppService,
     next: AppServiceStatusT,
     signal: AbortSignal,
+    podsUnbound = false,
   ): Promise<number | undefined> {
     if (!statusChanged(as.status, next)) {
-      this.#heldStepSince.delete(key);
+      this.#heldStep.delete(key);
       return undefined;
     }
     const nowMs = this.#now();
     let at = statusWriteAtMs(as.status, next, nowMs);
     if (isRolloutStep(next)) {
       // One write on the way to Ready: the next step is expected soon (docs/design/status.md).
-      const since = this.#heldStepSince.get(key) ?? nowMs;
-      this.#heldStepSince.set(key, since);
-      at = Math.max(at, Math.min(since + ROLLOUT_STEP_HOLD_MS, nowMs + ROLLOUT_STEP_HOLD_MS));
+      const { held, dueMs } = holdRolloutStep(this.#heldStep.get(key), podsUnbound, nowMs);
+      this.#heldStep.set(key, held);
+      at = Math.max(at, dueMs);
     } else {
-      this.#heldStepSince.delete(key);
+      this.#heldStep.delete(key);
     }
     if (at > nowMs) return at;
     const status = { ...next, lastReconciliation: new Date(nowMs).toISOString() };
@@ -314,7 +320,7 @@ class AppServiceReconciler {
         response: "metadata",
       },
     );
-    this.#heldStepSince.delete(key);
+    this.#heldStep.delete(key);
     if (got?.metadata?.resourceVersion) {
       this.#written.note(key, as, statusWritten(as, status, got.metadata));
     }
@@ -542,7 +548,9 @@ class AppServiceReconciler {
     /** When a status change held back (only counters and messages changed) is due (ms). */
     let statusDueAtMs: number | undefined;
     try {
-      statusDueAtMs = await this.#writeStatus(key, as, report.status, ctx.signal);
+      // Pods created by this round are not in `owned` yet, and are not bound.
+      const unbound = made.created > 0 || awaitsScheduler(owned);
+      statusDueAtMs = await this.#writeStatus(key, as, report.status, ctx.signal, unbound);
     } catch (err) {
       if (isNotFound(err)) return Reconcile.done;
       if (!isConflict(err)) throw err;

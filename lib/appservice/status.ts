@@ -516,6 +516,74 @@ export function statusWriteAtMs(
  */
 export const ROLLOUT_STEP_HOLD_MS = 2_000;
 
+/**
+ * Longest time a rollout step waits for kube-scheduler before it is written (ms;
+ * docs/design/status.md, "One write on the way to Ready"). While a Pod of the AppService waits for
+ * its Node (no `spec.nodeName`, not reported unschedulable) the {@link ROLLOUT_STEP_HOLD_MS} hold
+ * starts again at each reconcile, and once more at the first reconcile that sees them all bound,
+ * so the hold runs from the last binding rather than from the create: a scheduler that lags a converge burst by seconds costs no extra write. A step held this
+ * long is written anyway, so a scheduler that is down or far behind shows in `kubectl get as`
+ * within it. An unschedulable Pod carries a stuck reason and is never held.
+ */
+export const ROLLOUT_STEP_MAX_HOLD_MS = 10_000;
+
+/**
+ * When a rollout step held since `firstMs`, whose hold last started at `sinceMs`, is due to be
+ * written (ms): {@link ROLLOUT_STEP_HOLD_MS} after `sinceMs`, never later than
+ * {@link ROLLOUT_STEP_MAX_HOLD_MS} after `firstMs`, and never more than the hold after `nowMs`
+ * (a clock that went back waits no longer than the bound). All times are ms of the same clock.
+ */
+export function rolloutStepDueMs(firstMs: number, sinceMs: number, nowMs: number): number {
+  return Math.min(
+    sinceMs + ROLLOUT_STEP_HOLD_MS,
+    nowMs + ROLLOUT_STEP_HOLD_MS,
+    firstMs + ROLLOUT_STEP_MAX_HOLD_MS,
+  );
+}
+
+/** A rollout step held back ({@link holdRolloutStep}); times in ms of one clock. */
+export interface HeldStep {
+  /** When the step was first computed. */
+  firstMs: number;
+  /** When its hold last started. */
+  sinceMs: number;
+  /** Whether the last reconcile saw a Pod waiting for kube-scheduler. */
+  waiting: boolean;
+}
+
+/**
+ * The hold of a rollout step after a reconcile at `nowMs` that computed it again (`prev`: the
+ * hold so far, if any) and saw a Pod waiting for kube-scheduler or not (`podsUnbound`): the hold
+ * starts again while a Pod waits and once more at the first reconcile that sees them all bound,
+ * so it runs from the binding; times in the future (a clock that went back) count from now.
+ * Returns the new state and when the step is due ({@link rolloutStepDueMs}).
+ */
+export function holdRolloutStep(
+  prev: HeldStep | undefined,
+  podsUnbound: boolean,
+  nowMs: number,
+): { held: HeldStep; dueMs: number } {
+  const firstMs = Math.min(prev?.firstMs ?? nowMs, nowMs);
+  const sinceMs = podsUnbound || prev?.waiting ? nowMs : Math.min(prev?.sinceMs ?? nowMs, nowMs);
+  return {
+    held: { firstMs, sinceMs, waiting: podsUnbound },
+    dueMs: rolloutStepDueMs(firstMs, sinceMs, nowMs),
+  };
+}
+
+/**
+ * Whether a Pod of `pods` waits for kube-scheduler: alive (no deletion), with no Node
+ * (`spec.nodeName` unset) and no `PodScheduled` False condition (that one is a stuck Pod,
+ * {@link podStatuses}). Such a Pod is expected to be bound soon, so a rollout step waiting for it
+ * keeps being held ({@link ROLLOUT_STEP_MAX_HOLD_MS}).
+ */
+export function awaitsScheduler(pods: readonly Pod[]): boolean {
+  return pods.some((pod) =>
+    !pod.metadata?.deletionTimestamp && !pod.spec?.nodeName &&
+    !pod.status?.conditions?.some((c) => c.type === "PodScheduled" && c.status === "False")
+  );
+}
+
 /** Progressing reasons of a healthy rollout's steps ({@link progressingCondition}). */
 const ROLLOUT_STEPS = new Set(["Creating", "Scaling", "RollingUpdate", "WaitingForReady"]);
 

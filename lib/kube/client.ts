@@ -498,7 +498,9 @@ export class KubeClient {
 
   /**
    * Creates an object in `namespace` (or the object's own); resolves what `o.response` asks for
-   * ({@link WriteResponse}: the object created by default). @throws ApiError 409 AlreadyExists.
+   * ({@link WriteResponse}: the object created by default). With `o.subresource`, POSTs `obj` to
+   * that subresource of the object `obj.metadata.name` names (e.g. a Binding to
+   * `pods/<name>/binding`). @throws ApiError 409 AlreadyExists.
    */
   create<T extends KubeObject>(
     rt: ResourceType,
@@ -532,7 +534,9 @@ export class KubeClient {
     const ns = o.namespace ?? obj.metadata?.namespace;
     return this.#write<T>({
       method: "POST",
-      path: resourcePath(rt, ns),
+      path: o.subresource
+        ? resourcePath(rt, ns, obj.metadata?.name ?? "", o.subresource)
+        : resourcePath(rt, ns),
       body: obj,
       signal: o.signal,
       query: writeQuery(o),

@@ -109,7 +109,10 @@ export interface PatchOptions extends CallOptions {
 export interface WriteOptions extends CallOptions {
   /** Field manager recorded in managedFields. */
   fieldManager?: string;
-  /** e.g. `status` (an update of the status subresource). */
+  /**
+   * e.g. `status` (an update of the status subresource); on a create, a subresource of the object
+   * named by `metadata.name` that takes a POST (`binding`, `eviction`).
+   */
   subresource?: string;
   /** Server-side dry run (`dryRun=All`): admission and validation run, nothing is stored. */
   dryRun?: boolean;

@@ -22,7 +22,7 @@
  */
 import type { Pod, Service } from "kubernetes-types/core/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
-import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
+import type { KubeClient } from "../../lib/kube/client.ts";
 import { isNotFound } from "../../lib/kube/errors.ts";
 import { PODS, type ResourceType, SERVICES } from "../../lib/kube/resources.ts";
 import { type AppService, APPSERVICES } from "../../lib/appservice/schema.ts";
@@ -38,21 +38,9 @@ import {
   waitFor,
 } from "./harness.ts";
 import { describe, operatorWrites } from "./audit.ts";
-import { rt } from "./resources.ts";
+import { mutationPolicy } from "./resources.ts";
 
 const AS = APPSERVICES as unknown as ResourceType;
-const MUTATING_POLICIES = rt(
-  "admissionregistration.k8s.io/v1",
-  "MutatingAdmissionPolicy",
-  "mutatingadmissionpolicies",
-  false,
-);
-const MUTATING_POLICY_BINDINGS = rt(
-  "admissionregistration.k8s.io/v1",
-  "MutatingAdmissionPolicyBinding",
-  "mutatingadmissionpolicybindings",
-  false,
-);
 /** Bound for taking over the orphans (s): S20's bound for a Service to converge. */
 const ADOPT_WITHIN_SECONDS = 15;
 
@@ -159,51 +147,21 @@ Deno.test("orphans of an AppService's name are adopted; lost labels are put back
       "a mutating policy that rewrites the informational name label: no label fight",
       async () => {
         const name = `e2e-rename-${ns}`;
-        await c.create(MUTATING_POLICIES, {
-          apiVersion: "admissionregistration.k8s.io/v1",
-          kind: "MutatingAdmissionPolicy",
-          metadata: { name },
-          spec: {
-            matchConstraints: {
-              resourceRules: [{
-                apiGroups: [""],
-                apiVersions: ["v1"],
-                operations: ["CREATE", "UPDATE"],
-                resources: ["pods", "services"],
-              }],
-            },
-            failurePolicy: "Fail",
-            reinvocationPolicy: "Never",
-            mutations: [{
-              patchType: "ApplyConfiguration",
-              applyConfiguration: {
-                expression: 'Object{metadata: Object.metadata{labels: {"app.kubernetes.io/name": ' +
-                  '"platform"}}}',
-              },
-            }],
+        const remove = await mutationPolicy(c, name, ns, {
+          resources: ["pods", "services"],
+          operations: ["CREATE", "UPDATE"],
+          applyConfiguration:
+            'Object{metadata: Object.metadata{labels: {"app.kubernetes.io/name": ' +
+            '"platform"}}}',
+          probe: {
+            apiVersion: "v1",
+            kind: "Pod",
+            metadata: { generateName: "probe-" },
+            spec: { containers: [{ name: "c", image: "nginx:1" }] },
           },
-        } as KubeObject);
-        await c.create(MUTATING_POLICY_BINDINGS, {
-          apiVersion: "admissionregistration.k8s.io/v1",
-          kind: "MutatingAdmissionPolicyBinding",
-          metadata: { name },
-          spec: {
-            policyName: name,
-            matchResources: {
-              namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": ns } },
-            },
-          },
-        } as KubeObject);
+          inForce: (p) => p.metadata?.labels?.["app.kubernetes.io/name"] === "platform",
+        });
         try {
-          await waitFor("the policy in force", async () => {
-            const p = await c.create<Pod>(PODS, {
-              apiVersion: "v1",
-              kind: "Pod",
-              metadata: { generateName: "probe-", namespace: ns },
-              spec: { containers: [{ name: "c", image: "nginx:1" }] },
-            }, { dryRun: true });
-            return p.metadata?.labels?.["app.kubernetes.io/name"] === "platform";
-          }, 30_000);
           const since = Date.now();
           await c.create(AS, appService(ns, "renamed", { ...spec, replicas: 1 }));
           await waitFor("renamed Ready", async () => (await getAs(ns, "renamed")).status?.ready);
@@ -222,8 +180,7 @@ Deno.test("orphans of an AppService's name are adopted; lost labels are put back
           );
           assertEquals(svcPatches.length, 1, `Service patches:\n${describe(svcPatches)}`);
         } finally {
-          await c.delete(MUTATING_POLICY_BINDINGS, name).catch(() => {});
-          await c.delete(MUTATING_POLICIES, name).catch(() => {});
+          await remove();
         }
       },
     );

@@ -5,6 +5,7 @@
  * @module
  */
 import { parseAllDocuments, stringify } from "yaml";
+import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
 import { NAMESPACES, PODS, type ResourceType } from "../../lib/kube/resources.ts";
 import { waitFor } from "./harness.ts";
@@ -41,6 +42,105 @@ export const VALIDATING_ADMISSION_POLICY_BINDINGS = rt(
   "validatingadmissionpolicybindings",
   false,
 );
+
+/** MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.36). */
+export const MUTATING_POLICIES = rt(
+  "admissionregistration.k8s.io/v1",
+  "MutatingAdmissionPolicy",
+  "mutatingadmissionpolicies",
+  false,
+);
+/** MutatingAdmissionPolicyBinding. */
+export const MUTATING_POLICY_BINDINGS = rt(
+  "admissionregistration.k8s.io/v1",
+  "MutatingAdmissionPolicyBinding",
+  "mutatingadmissionpolicybindings",
+  false,
+);
+
+/** What {@link mutationPolicy} changes, where, and how to see it in force. */
+export interface MutationRule {
+  /** Core (`""` group) resources it matches, e.g. `["pods"]`. */
+  resources: string[];
+  /** Operations it matches, e.g. `["CREATE"]`. */
+  operations: string[];
+  /** An optional CEL match condition on `object`. */
+  matchCondition?: string;
+  /** The ApplyConfiguration expression (CEL) of the mutation. */
+  applyConfiguration: string;
+  /** A Pod created with `dryRun=All` until `inForce` says the mutation shows on the answer. */
+  probe: Pod;
+  /** Whether the answered probe Pod shows the mutation. */
+  inForce: (answered: Pod) => boolean;
+}
+
+/**
+ * Creates a MutatingAdmissionPolicy `name` and its binding to namespace `ns` that apply `rule`,
+ * and waits (30 s at most) until a dry-run create of the probe shows it in force. Resolves with a
+ * function that removes both; removes them itself when the wait fails.
+ * @throws Error when the policy is not in force within the bound
+ */
+export async function mutationPolicy(
+  c: KubeClient,
+  name: string,
+  ns: string,
+  rule: MutationRule,
+): Promise<() => Promise<void>> {
+  await c.create(MUTATING_POLICIES, {
+    apiVersion: "admissionregistration.k8s.io/v1",
+    kind: "MutatingAdmissionPolicy",
+    metadata: { name },
+    spec: {
+      matchConstraints: {
+        resourceRules: [{
+          apiGroups: [""],
+          apiVersions: ["v1"],
+          operations: rule.operations,
+          resources: rule.resources,
+        }],
+      },
+      ...(rule.matchCondition
+        ? { matchConditions: [{ name: "match", expression: rule.matchCondition }] }
+        : {}),
+      failurePolicy: "Fail",
+      reinvocationPolicy: "Never",
+      mutations: [{
+        patchType: "ApplyConfiguration",
+        applyConfiguration: { expression: rule.applyConfiguration },
+      }],
+    },
+  } as KubeObject);
+  await c.create(MUTATING_POLICY_BINDINGS, {
+    apiVersion: "admissionregistration.k8s.io/v1",
+    kind: "MutatingAdmissionPolicyBinding",
+    metadata: { name },
+    spec: {
+      policyName: name,
+      matchResources: {
+        namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": ns } },
+      },
+    },
+  } as KubeObject);
+  const remove = async () => {
+    await c.delete(MUTATING_POLICY_BINDINGS, name).catch(() => {});
+    await c.delete(MUTATING_POLICIES, name).catch(() => {});
+  };
+  try {
+    await waitFor(`mutating policy ${name} in force`, async () => {
+      const p = await c.create<Pod>(PODS, {
+        ...rule.probe,
+        metadata: { ...rule.probe.metadata, namespace: ns },
+      }, {
+        dryRun: true,
+      });
+      return rule.inForce(p);
+    }, 30_000);
+  } catch (err) {
+    await remove();
+    throw err;
+  }
+  return remove;
+}
 
 /** What {@link denyPolicy} refuses. */
 export interface DenyRule {

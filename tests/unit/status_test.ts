@@ -11,10 +11,12 @@ import { TerminatingNamespaces } from "../../lib/runtime/namespaces.ts";
 import { type RolloutCounts, rolloutParams } from "../../lib/appservice/rollout.ts";
 import type { AppServiceStatusT } from "../../lib/appservice/schema.ts";
 import {
+  awaitsScheduler,
   causeSignature,
   conditionReason,
   containerEntries,
   COSMETIC_STATUS_INTERVAL_MS,
+  holdRolloutStep,
   isRolloutStep,
   newCauses,
   podCause,
@@ -22,6 +24,8 @@ import {
   progressingCondition,
   readyCondition,
   ROLLOUT_STEP_HOLD_MS,
+  ROLLOUT_STEP_MAX_HOLD_MS,
+  rolloutStepDueMs,
   statusChanged,
   statusState,
   statusWriteAtMs,
@@ -540,4 +544,68 @@ Deno.test("isRolloutStep: a healthy rollout's steps may be held; Ready, failures
   assert(!isRolloutStep(done), "converged");
   assert(!isRolloutStep({}), "no conditions");
   assert(ROLLOUT_STEP_HOLD_MS > 0 && ROLLOUT_STEP_HOLD_MS < COSMETIC_STATUS_INTERVAL_MS);
+});
+
+Deno.test("rolloutStepDueMs: the hold runs from its last start, within the longest hold", () => {
+  const hold = ROLLOUT_STEP_HOLD_MS;
+  // Started once at 0: due one hold later.
+  assertEquals(rolloutStepDueMs(0, 0, 0), hold);
+  assertEquals(rolloutStepDueMs(0, 0, hold - 1), hold);
+  // Restarted at 3 s (a Pod still waiting for its Node then): due one hold after that.
+  assertEquals(rolloutStepDueMs(0, 3_000, 3_000), 3_000 + hold);
+  // Restarted again and again: never later than the longest hold after the first computation.
+  const late = ROLLOUT_STEP_MAX_HOLD_MS - 500;
+  assertEquals(rolloutStepDueMs(0, late, late), ROLLOUT_STEP_MAX_HOLD_MS);
+  assert(rolloutStepDueMs(0, 20_000, 20_000) <= 20_000, "past the longest hold: due now");
+  // A clock that went back: no longer than one hold from now.
+  assertEquals(rolloutStepDueMs(50_000, 50_000, 10_000), 10_000 + hold);
+  assert(ROLLOUT_STEP_MAX_HOLD_MS > ROLLOUT_STEP_HOLD_MS);
+});
+
+Deno.test("awaitsScheduler: an unbound Pod not reported unschedulable, alive", () => {
+  const unbound = pod("web-0", { phase: "Pending" });
+  const bound: Pod = {
+    ...pod("web-1", { phase: "Pending" }),
+    spec: { containers: [], nodeName: "n1" },
+  };
+  const unschedulable = pod("web-2", {
+    phase: "Pending",
+    conditions: [{ type: "PodScheduled", status: "False", reason: "Unschedulable" }],
+  });
+  const deleting: Pod = {
+    ...unbound,
+    metadata: { ...unbound.metadata, deletionTimestamp: "2026-01-01T00:00:00Z" },
+  };
+  assert(awaitsScheduler([bound, unbound]), "one Pod waits for its Node");
+  assert(!awaitsScheduler([bound]), "all bound");
+  assert(!awaitsScheduler([unschedulable]), "unschedulable is stuck, not waiting");
+  assert(!awaitsScheduler([deleting]), "a Pod being deleted waits for nothing");
+  assert(!awaitsScheduler([]), "no Pods");
+});
+
+Deno.test("holdRolloutStep: the hold runs from the binding, within the longest hold", () => {
+  const hold = ROLLOUT_STEP_HOLD_MS;
+  // t=0: the Pod just created (unbound): due one hold later.
+  let r = holdRolloutStep(undefined, true, 0);
+  assertEquals(r.dueMs, hold);
+  // t=2 s: the requeue sees it still waiting: the hold starts again.
+  r = holdRolloutStep(r.held, true, 2_000);
+  assertEquals(r.dueMs, 2_000 + hold);
+  // t=3.9 s: the binding's event, all bound: the hold starts once more, from the binding.
+  r = holdRolloutStep(r.held, false, 3_900);
+  assertEquals(r.dueMs, 3_900 + hold);
+  // t=4 s: the earlier requeue, still all bound: the due time does not move.
+  r = holdRolloutStep(r.held, false, 4_000);
+  assertEquals(r.dueMs, 3_900 + hold);
+  // Waiting on and on: written at the longest hold after the first computation.
+  let w = holdRolloutStep(undefined, true, 0);
+  for (let t = 1_000; t < 20_000; t += 1_000) w = holdRolloutStep(w.held, true, t);
+  assert(w.dueMs <= ROLLOUT_STEP_MAX_HOLD_MS, `due ${w.dueMs}`);
+  // Bound from the start (a rollout step of Pods already placed): one hold from the first.
+  const b = holdRolloutStep(holdRolloutStep(undefined, false, 0).held, false, 1_500);
+  assertEquals(b.dueMs, hold);
+  // The clock went back 60 s: the longest hold counts from now, not from a future first time.
+  let c = holdRolloutStep(undefined, true, 100_000);
+  for (let t = 40_000; t < 60_000; t += 1_000) c = holdRolloutStep(c.held, true, t);
+  assert(c.dueMs <= 40_000 + ROLLOUT_STEP_MAX_HOLD_MS, `due ${c.dueMs} after the clock went back`);
 });
