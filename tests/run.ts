@@ -152,6 +152,12 @@ async function main(): Promise<number> {
     await check("lint", ["lint"]);
     await check("types", ["check", "main.ts", "lib/", "tests/", "scripts/", "bench/", "examples/"]);
     await check("crd-fresh", ["run", "--allow-read", "lib/appservice/crd_gen.ts", "--check"]);
+    await check("fence-policy-fresh", [
+      "run",
+      "--allow-read",
+      "lib/appservice/fence_policy_gen.ts",
+      "--check",
+    ]);
   }
 
   // Several runs side by side each need their own folder (APPSERVICE_TEST_CLUSTER_DIR).

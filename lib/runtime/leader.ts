@@ -149,6 +149,35 @@ export interface LeaderElectorOptions {
    * `watch` verb on leases. Default true; the retry period stays the bound either way.
    */
   watchLease?: boolean;
+  /**
+   * Labels and annotations the Lease carries: set when this candidate creates the Lease or
+   * writes itself as its holder (a takeover, each renewal), added to those already there. The
+   * shards' Leases carry their hash range this way (lib/runtime/shard_fence_cel.ts).
+   */
+  leaseMetadata?: { labels?: Record<string, string>; annotations?: Record<string, string> };
+}
+
+/**
+ * `meta` with `extra`'s labels and annotations added (same keys: `extra`'s values); `meta` itself
+ * when it has them all already.
+ */
+export function withLeaseMetadata(
+  meta: Lease["metadata"],
+  extra: LeaderElectorOptions["leaseMetadata"],
+): Lease["metadata"] {
+  const missing = (have: Record<string, string> | undefined, want?: Record<string, string>) =>
+    Object.entries(want ?? {}).some(([k, v]) => have?.[k] !== v);
+  if (
+    !extra ||
+    (!missing(meta?.labels, extra.labels) && !missing(meta?.annotations, extra.annotations))
+  ) {
+    return meta;
+  }
+  return {
+    ...meta,
+    ...(extra.labels ? { labels: { ...meta?.labels, ...extra.labels } } : {}),
+    ...(extra.annotations ? { annotations: { ...meta?.annotations, ...extra.annotations } } : {}),
+  };
 }
 
 /** One candidate for the Lease; its {@link LeaderElector.state} says whether it may write. */
@@ -165,6 +194,7 @@ export class LeaderElector {
         | "sealTakeover"
         | "onHandover"
         | "watchLease"
+        | "leaseMetadata"
       >
     >
     & LeaderElectorOptions;
@@ -325,6 +355,7 @@ export class LeaderElector {
   async #write(current: Lease, stamp: FenceStamp, signal?: AbortSignal): Promise<boolean> {
     this.#lease = await this.#o.client.update<Lease>(LEASES, {
       ...current,
+      metadata: withLeaseMetadata(current.metadata, this.#o.leaseMetadata),
       spec: { ...current.spec, ...leaseSpec(this.#o, stamp.wallMs, current.spec) },
     }, { signal });
     this.#marker = undefined;
@@ -351,7 +382,7 @@ export class LeaderElector {
     this.#lease = await o.client.create<Lease>(LEASES, {
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
-      metadata: { name: o.name, namespace: o.namespace },
+      metadata: withLeaseMetadata({ name: o.name, namespace: o.namespace }, o.leaseMetadata),
       spec: leaseSpec(o, stamp.wallMs),
     }, { signal });
     this.#observe(this.#lease, stamp.wallMs);
@@ -379,6 +410,7 @@ export class LeaderElector {
       const now = this.#clock.now();
       lease = await o.client.update<Lease>(LEASES, {
         ...current,
+        metadata: withLeaseMetadata(current.metadata, o.leaseMetadata),
         spec: {
           ...current.spec,
           holderIdentity: marker,

@@ -119,6 +119,16 @@ export {
   shardLeaseName,
   type ShardMoveReason,
 } from "./shard_elector.ts";
+export {
+  HASH_FIRST_ANNOTATION,
+  HASH_LAST_ANNOTATION,
+  MAX_NAMESPACE_LENGTH,
+  namespaceHashVariables,
+  type PolicyVariable,
+  SHARD_LEASE_LABEL,
+  type ShardLeaseMetadata,
+  shardLeaseMetadata,
+} from "./shard_fence_cel.ts";
 export { type ShardMode, ShardReflector, type ShardReflectorOptions } from "./shard_reflector.ts";
 export { type ShardMetrics } from "./metrics.ts";
 export { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";

@@ -42,6 +42,7 @@ import {
 import { errorText, type Logger } from "./log.ts";
 import type { ShardMetrics } from "./metrics.ts";
 import { fnv1a64, namespaceOfPath, shardOf } from "./shards.ts";
+import { shardLeaseMetadata } from "./shard_fence_cel.ts";
 
 /** Label of the membership Leases; its value is the election id. */
 export const SHARD_MEMBER_LABEL = "sharding.apps.our-org.com/member-of";
@@ -144,6 +145,12 @@ export class ShardElector {
   readonly #o: Required<Omit<ShardElectorOptions, "metrics">> & ShardElectorOptions;
   readonly #shards: Shard[];
   readonly #clock: Clock;
+  /**
+   * Shard Leases of this election numbered N or more (left by a run with more shards): name →
+   * resourceVersion and when that record was first seen (clock ms), and whether its holder was
+   * warned about ({@link ShardElector.#sweepBeyond}).
+   */
+  readonly #beyond = new Map<string, { rv?: string; atMs: number; warned: boolean }>();
   /** Membership Leases seen: name → record and when it was first seen (clock ms). */
   readonly #members = new Map<string, { renew?: string; atMs: number; durationMs: number }>();
   #member?: Lease;
@@ -179,7 +186,33 @@ export class ShardElector {
         // Only a clock given (tests): the fence's monotonic clock is performance.now() otherwise.
         ...(o.clock ? { clock: o.clock } : {}),
         random: this.#o.random,
-        sealTakeover: false,
+        // Each shard Lease carries its hash range for deploy/'s per-shard policy, and each takeover
+        // is sealed against it as with one Lease (lib/runtime/shard_fence_cel.ts, handover.ts).
+        leaseMetadata: shardLeaseMetadata(memberLabelValue(o.id), k, o.shards),
+        sealTakeover: true,
+        onHandover: (r) => {
+          const fields = {
+            shard: k,
+            step: r.step,
+            outcome: r.outcome,
+            waitedMs: Math.round(r.waitedMs),
+            probes: r.probes,
+            ...(r.holder ? { holder: r.holder } : {}),
+          };
+          // Expected outcomes at debug (one per shard taken); a policy that refuses the holder,
+          // or still names another at the deadline, is worth a warning.
+          if (r.outcome === "in-force" || r.outcome === "not-in-force") {
+            o.log.debug("Shard Lease handover step", fields);
+          } else {
+            o.log.warn(
+              "Shard Lease handover: the apiserver's Lease-holder policy did not confirm",
+              {
+                ...fields,
+                ...(r.error ? { error: errorText(r.error) } : {}),
+              },
+            );
+          }
+        },
         watchLease: false,
         onError: (err) =>
           o.log.debug("Shard Lease attempt failed", { shard: k, error: errorText(err) }),
@@ -329,6 +362,7 @@ export class ShardElector {
         nextTry.set(s.k, s.elector.observeLease(byName.get(shardLeaseName(o.id, s.k))));
       }
     }
+    await this.#sweepBeyond(list.items, now, attempt);
     const held = this.held();
     if (held.length > fair) {
       // Give back the highest shards above the share, one round at a time.
@@ -442,6 +476,72 @@ export class ShardElector {
         if (!isAlreadyExists(e)) throw e;
       }
     }
+  }
+
+  /**
+   * Deletes the shard Leases of this election numbered N or more once nobody holds them (released,
+   * or the same record seen for longer than its lease duration): left by a run with more shards,
+   * they still carry their old hash range for deploy/'s per-shard policy, which would refuse the
+   * writes in that range of every replica but their old holder (docs/design/sharding.md, "The
+   * apiserver's fence per shard"). One still renewed belongs to a replica running with another
+   * `--shards`: a warning, once per Lease. A failed delete (a 409: renewed meanwhile) is tried
+   * again next round.
+   */
+  async #sweepBeyond(
+    leases: readonly Lease[],
+    now: number,
+    attempt: () => AbortSignal,
+  ): Promise<void> {
+    const o = this.#o;
+    const prefix = `${o.id}-shard-`;
+    const seen = new Set<string>();
+    for (const l of leases) {
+      const name = l.metadata?.name ?? "";
+      const k = name.startsWith(prefix) ? Number(name.slice(prefix.length)) : NaN;
+      if (!Number.isInteger(k) || k < o.shards || String(k) !== name.slice(prefix.length)) continue;
+      seen.add(name);
+      const rv = l.metadata?.resourceVersion;
+      const prev = this.#beyond.get(name);
+      const entry = prev && prev.rv === rv
+        ? prev
+        : { rv, atMs: now, warned: prev?.warned ?? false };
+      this.#beyond.set(name, entry);
+      const holder = l.spec?.holderIdentity ?? "";
+      const durationMs = (l.spec?.leaseDurationSeconds ?? o.leaseDurationSeconds) * 1000;
+      if (holder !== "" && now - entry.atMs <= durationMs) {
+        if (!entry.warned) {
+          entry.warned = true;
+          o.log.warn("A shard Lease beyond --shards is held: a replica runs with more shards", {
+            lease: name,
+            holder,
+            shards: o.shards,
+          });
+        }
+        continue;
+      }
+      try {
+        await o.client.delete(LEASES, name, {
+          namespace: o.namespace,
+          preconditions: { resourceVersion: rv },
+          signal: attempt(),
+        });
+        this.#beyond.delete(name);
+        o.log.info("Deleted a shard Lease beyond --shards: nobody holds it", {
+          lease: name,
+          shards: o.shards,
+        });
+      } catch (err) {
+        if (isNotFound(err)) {
+          this.#beyond.delete(name);
+        } else {
+          o.log.debug("Could not delete a shard Lease beyond --shards; next round", {
+            lease: name,
+            error: errorText(err),
+          });
+        }
+      }
+    }
+    for (const name of this.#beyond.keys()) if (!seen.has(name)) this.#beyond.delete(name);
   }
 
   /** Starts holding shard `s` (its Lease just taken): the renew loop and the work. */

@@ -58,6 +58,21 @@ export async function cluster(): Promise<ClusterInfo> {
   return (await controlPlane()).info;
 }
 
+/**
+ * The apiserver's own /metrics (Prometheus text), through the admin kubeconfig and kubectl.
+ * @throws Error with kubectl's stderr when it fails
+ */
+export async function apiserverMetrics(): Promise<string> {
+  const info = await cluster();
+  const out = await new Deno.Command(`${info.binDir}/kubectl`, {
+    args: ["--kubeconfig", info.kubeconfig, "get", "--raw", "/metrics"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) throw new Error(new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout);
+}
+
 /** An admin client for the test cluster (the same one on every call). */
 export async function admin(): Promise<KubeClient> {
   return (await controlPlane()).client();

@@ -22,6 +22,7 @@ import type { ResourceType } from "../../lib/kube/resources.ts";
 import { APPSERVICES } from "../../lib/appservice/schema.ts";
 import {
   admin,
+  apiserverMetrics,
   appService,
   cluster,
   dropNamespace,
@@ -80,18 +81,6 @@ function requestLines(op: Operator): RequestLine[] {
       retryAfterSeconds: p.retryAfterSeconds as number | undefined,
     };
   }).sort((a, b) => a.startedAtMs - b.startedAtMs);
-}
-
-/** The apiserver's own /metrics (Prometheus text), through the admin kubeconfig and kubectl. */
-async function apiserverMetrics(): Promise<string> {
-  const info = await cluster();
-  const out = await new Deno.Command(`${info.binDir}/kubectl`, {
-    args: ["--kubeconfig", info.kubeconfig, "get", "--raw", "/metrics"],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!out.success) throw new Error(new TextDecoder().decode(out.stderr));
-  return new TextDecoder().decode(out.stdout);
 }
 
 Deno.test("Retry-After: a throttled operator waits what the apiserver says and converges (S16)", async (t) => {

@@ -445,3 +445,29 @@ Deno.test("shard work: a relist finishing while the shard is given back does not
   assert(!work.takes(`${nss[0]}/x`), "shard 0 is leaving: its keys are not taken");
   assertEquals(work.unsynced(), []);
 });
+
+Deno.test("shard elector: Leases beyond --shards go once nobody holds them; a held one stays", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const lease = (name: string, holder: string) => ({
+    metadata: { name, namespace: "ns", resourceVersion: String(++api.rv) },
+    spec: { holderIdentity: holder, leaseDurationSeconds: 4 },
+  });
+  api.leases.set(shardLeaseName(ID, 5), lease(shardLeaseName(ID, 5), "")); // released
+  api.leases.set(shardLeaseName(ID, 6), lease(shardLeaseName(ID, 6), "old_1")); // held
+  api.leases.set(`${ID}-shard-06`, lease(`${ID}-shard-06`, "")); // not a shard Lease's name
+  const r = replicas(api, clock, ["a_1"], N);
+  try {
+    await run(clock, 1_500);
+    assert(!api.leases.has(shardLeaseName(ID, 5)), "the released one is deleted");
+    assert(api.leases.has(shardLeaseName(ID, 6)), "the held one stays while its record is fresh");
+    for (let k = 0; k < N; k++) assertEquals(api.holder(shardLeaseName(ID, k)), "a_1");
+    // Its holder gone (the record unchanged for longer than its lease duration): deleted too.
+    await run(clock, 5_000);
+    assert(!api.leases.has(shardLeaseName(ID, 6)), "the run-out one is deleted");
+    assert(api.leases.has(`${ID}-shard-06`), "another name is left alone");
+    for (let k = 0; k < N; k++) assert(api.leases.has(shardLeaseName(ID, k)), `shard ${k} kept`);
+  } finally {
+    await r.stop();
+  }
+});
