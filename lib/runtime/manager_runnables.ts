@@ -8,7 +8,7 @@
  * @module
  */
 import type { KubeClient, KubeObject } from "../kube/client.ts";
-import { realClock } from "./clock.ts";
+import { realClock, sleepOn } from "./clock.ts";
 import { collectGarbage, exposedGc, IDLE_GC_POLL_MS, idleCollectionDue } from "./collect.ts";
 import { type Controller, type Informer, logAttemptFailure } from "./controller.ts";
 import { DelegatedAuth, kubeReviewer } from "./delegated_auth.ts";
@@ -23,7 +23,11 @@ import {
   serveRoutes,
 } from "./health.ts";
 import type { HandoverReport } from "./handover.ts";
-import { LeaderElector, type LeadershipState, type Term } from "./leader.ts";
+import { LeaderElector, type LeadershipState, leaseAttemptTimeoutMs, type Term } from "./leader.ts";
+import { memberLabelValue, ShardLeaseSweeper } from "./shard_elector.ts";
+import { SHARD_LEASE_LABEL } from "./shard_fence_cel.ts";
+import { LEASES } from "../kube/resources.ts";
+import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import { errorText, log, type Logger } from "./log.ts";
 import { MESSAGES } from "./messages.ts";
 import type { Metrics } from "./metrics.ts";
@@ -372,6 +376,43 @@ export class Election implements Runnable {
     this.#ownLeaseClient?.close();
   }
 
+  /**
+   * While leading in `term`: deletes the shard Leases of this election left by a sharded run
+   * (`--shards N > 1`) once nobody holds them ({@link ShardLeaseSweeper}), since deploy/'s
+   * per-shard policy would refuse this leader's writes in their old ranges. Lists them by label
+   * every retry period until none is left, at most for three lease durations (one still held after
+   * that belongs to a sharded replica that runs on: warned about, left alone).
+   */
+  async #sweepShardLeases(client: KubeClient, term: Term): Promise<void> {
+    const o = this.#o;
+    const sweeper = new ShardLeaseSweeper({
+      client,
+      namespace: o.namespace,
+      id: o.name,
+      leaseDurationSeconds: o.leaseDurationSeconds,
+      log: o.log,
+    });
+    const attempt = () =>
+      AbortSignal.any([term.signal, AbortSignal.timeout(leaseAttemptTimeoutMs(o.renewDeadlineMs))]);
+    const rounds = Math.ceil((3 * o.leaseDurationSeconds * 1000) / o.retryPeriodMs) + 1;
+    for (let i = 0; i < rounds && !term.signal.aborted; i++) {
+      try {
+        const list = await client.list<Lease>(LEASES, {
+          namespace: o.namespace,
+          labelSelector: `${SHARD_LEASE_LABEL}=${memberLabelValue(o.name)}`,
+          signal: attempt(),
+        });
+        if (list.items.length === 0) return;
+        const left = await sweeper.sweep(list.items, 0, realClock.now(), attempt);
+        if (left === 0) return;
+      } catch (err) {
+        if (term.signal.aborted) return;
+        o.log.debug("Listing leftover shard Leases failed; next round", { error: errorText(err) });
+      }
+      await sleepOn(realClock, o.retryPeriodMs, term.signal).catch(() => {});
+    }
+  }
+
   #makeElector(): LeaderElector {
     const o = this.#o;
     let leaseClient = o.leaseClient;
@@ -395,7 +436,10 @@ export class Election implements Runnable {
         o.metrics.leaderChanges.inc({ ...labels, change: "acquired" });
         o.log.info(MESSAGES.acquiredLease, { lease, identity: o.identity });
         const s = elector.state;
-        if (s.kind !== "candidate") this.#onLeading(s.term);
+        if (s.kind !== "candidate") {
+          this.#onLeading(s.term);
+          this.#sweepShardLeases(leaseClient, s.term).catch(() => {});
+        }
       },
       onStoppedLeading: (why) => {
         o.metrics.leaderStatus.set(labels, 0);

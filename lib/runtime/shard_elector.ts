@@ -100,6 +100,109 @@ export interface ShardHooks {
   stopped(k: number): void;
 }
 
+/** Options of {@link ShardLeaseSweeper}. */
+export interface ShardLeaseSweeperOptions {
+  /** The Leases' client (no write fence). */
+  client: KubeClient;
+  /** Namespace of the Leases. */
+  namespace: string;
+  /** The election id (`--leader-election-id`). */
+  id: string;
+  /** Lease duration (s) of a record that names none. */
+  leaseDurationSeconds: number;
+  /** Where deletions and warnings go. */
+  log: Logger;
+}
+
+/**
+ * Deletes the shard Leases `<id>-shard-<k>` numbered `from` or more once nobody holds them
+ * (released, or the same record seen for longer than its lease duration): left by a run with more
+ * shards (or any shards, after going back to one Lease), they still carry their old hash range for
+ * deploy/'s per-shard policy, which would refuse the writes in that range of every replica but
+ * their old holder (docs/design/sharding.md, "The apiserver's fence per shard"). One still renewed
+ * belongs to a replica running with another `--shards`: a warning, once per Lease. A failed delete
+ * (a 409: renewed meanwhile) is tried again at the next sweep. Keeps, between sweeps, when each
+ * record was first seen.
+ */
+export class ShardLeaseSweeper {
+  readonly #o: ShardLeaseSweeperOptions;
+  /** name → resourceVersion, when that record was first seen (clock ms), whether warned about. */
+  readonly #seen = new Map<string, { rv?: string; atMs: number; warned: boolean }>();
+
+  /** A sweeper with no record seen yet. */
+  constructor(o: ShardLeaseSweeperOptions) {
+    this.#o = o;
+  }
+
+  /**
+   * One sweep over `leases` (a list of the Leases' namespace) at clock time `now` (ms); each
+   * delete gets the signal `attempt()` returns. Resolves with how many shard Leases numbered `from`
+   * or more are left (held, or not deleted this time).
+   */
+  async sweep(
+    leases: readonly Lease[],
+    from: number,
+    now: number,
+    attempt: () => AbortSignal,
+  ): Promise<number> {
+    const o = this.#o;
+    const prefix = `${o.id}-shard-`;
+    const seen = new Set<string>();
+    let left = 0;
+    for (const l of leases) {
+      const name = l.metadata?.name ?? "";
+      const digits = name.startsWith(prefix) ? name.slice(prefix.length) : "";
+      const k = Number(digits);
+      if (!/^(0|[1-9][0-9]*)$/.test(digits) || k < from) continue;
+      seen.add(name);
+      const rv = l.metadata?.resourceVersion;
+      const prev = this.#seen.get(name);
+      const entry = prev && prev.rv === rv
+        ? prev
+        : { rv, atMs: now, warned: prev?.warned ?? false };
+      this.#seen.set(name, entry);
+      const holder = l.spec?.holderIdentity ?? "";
+      const durationMs = (l.spec?.leaseDurationSeconds ?? o.leaseDurationSeconds) * 1000;
+      if (holder !== "" && now - entry.atMs <= durationMs) {
+        left++;
+        if (!entry.warned) {
+          entry.warned = true;
+          o.log.warn("A shard Lease beyond --shards is held: a replica runs with more shards", {
+            lease: name,
+            holder,
+            shards: from,
+          });
+        }
+        continue;
+      }
+      try {
+        await o.client.delete(LEASES, name, {
+          namespace: o.namespace,
+          preconditions: { resourceVersion: rv },
+          signal: attempt(),
+        });
+        this.#seen.delete(name);
+        o.log.info("Deleted a shard Lease beyond --shards: nobody holds it", {
+          lease: name,
+          shards: from,
+        });
+      } catch (err) {
+        if (isNotFound(err)) {
+          this.#seen.delete(name);
+          continue;
+        }
+        left++;
+        o.log.debug("Could not delete a shard Lease beyond --shards; next sweep", {
+          lease: name,
+          error: errorText(err),
+        });
+      }
+    }
+    for (const name of this.#seen.keys()) if (!seen.has(name)) this.#seen.delete(name);
+    return left;
+  }
+}
+
 /** Options of {@link ShardElector}. */
 export interface ShardElectorOptions {
   /** The Leases' client (no write fence). */
@@ -145,12 +248,8 @@ export class ShardElector {
   readonly #o: Required<Omit<ShardElectorOptions, "metrics">> & ShardElectorOptions;
   readonly #shards: Shard[];
   readonly #clock: Clock;
-  /**
-   * Shard Leases of this election numbered N or more (left by a run with more shards): name →
-   * resourceVersion and when that record was first seen (clock ms), and whether its holder was
-   * warned about ({@link ShardElector.#sweepBeyond}).
-   */
-  readonly #beyond = new Map<string, { rv?: string; atMs: number; warned: boolean }>();
+  /** Deletes the shard Leases numbered N or more once free ({@link ShardLeaseSweeper}). */
+  readonly #sweeper: ShardLeaseSweeper;
   /** Membership Leases seen: name → record and when it was first seen (clock ms). */
   readonly #members = new Map<string, { renew?: string; atMs: number; durationMs: number }>();
   #member?: Lease;
@@ -218,6 +317,13 @@ export class ShardElector {
           o.log.debug("Shard Lease attempt failed", { shard: k, error: errorText(err) }),
       }),
     }));
+    this.#sweeper = new ShardLeaseSweeper({
+      client: o.client,
+      namespace: o.namespace,
+      id: o.id,
+      leaseDurationSeconds: this.#o.leaseDurationSeconds,
+      log: o.log,
+    });
     this.fence = new ShardFence(
       o.shards,
       (k) => this.#writable(k),
@@ -362,7 +468,7 @@ export class ShardElector {
         nextTry.set(s.k, s.elector.observeLease(byName.get(shardLeaseName(o.id, s.k))));
       }
     }
-    await this.#sweepBeyond(list.items, now, attempt);
+    await this.#sweeper.sweep(list.items, o.shards, now, attempt);
     const held = this.held();
     if (held.length > fair) {
       // Give back the highest shards above the share, one round at a time.
@@ -476,72 +582,6 @@ export class ShardElector {
         if (!isAlreadyExists(e)) throw e;
       }
     }
-  }
-
-  /**
-   * Deletes the shard Leases of this election numbered N or more once nobody holds them (released,
-   * or the same record seen for longer than its lease duration): left by a run with more shards,
-   * they still carry their old hash range for deploy/'s per-shard policy, which would refuse the
-   * writes in that range of every replica but their old holder (docs/design/sharding.md, "The
-   * apiserver's fence per shard"). One still renewed belongs to a replica running with another
-   * `--shards`: a warning, once per Lease. A failed delete (a 409: renewed meanwhile) is tried
-   * again next round.
-   */
-  async #sweepBeyond(
-    leases: readonly Lease[],
-    now: number,
-    attempt: () => AbortSignal,
-  ): Promise<void> {
-    const o = this.#o;
-    const prefix = `${o.id}-shard-`;
-    const seen = new Set<string>();
-    for (const l of leases) {
-      const name = l.metadata?.name ?? "";
-      const k = name.startsWith(prefix) ? Number(name.slice(prefix.length)) : NaN;
-      if (!Number.isInteger(k) || k < o.shards || String(k) !== name.slice(prefix.length)) continue;
-      seen.add(name);
-      const rv = l.metadata?.resourceVersion;
-      const prev = this.#beyond.get(name);
-      const entry = prev && prev.rv === rv
-        ? prev
-        : { rv, atMs: now, warned: prev?.warned ?? false };
-      this.#beyond.set(name, entry);
-      const holder = l.spec?.holderIdentity ?? "";
-      const durationMs = (l.spec?.leaseDurationSeconds ?? o.leaseDurationSeconds) * 1000;
-      if (holder !== "" && now - entry.atMs <= durationMs) {
-        if (!entry.warned) {
-          entry.warned = true;
-          o.log.warn("A shard Lease beyond --shards is held: a replica runs with more shards", {
-            lease: name,
-            holder,
-            shards: o.shards,
-          });
-        }
-        continue;
-      }
-      try {
-        await o.client.delete(LEASES, name, {
-          namespace: o.namespace,
-          preconditions: { resourceVersion: rv },
-          signal: attempt(),
-        });
-        this.#beyond.delete(name);
-        o.log.info("Deleted a shard Lease beyond --shards: nobody holds it", {
-          lease: name,
-          shards: o.shards,
-        });
-      } catch (err) {
-        if (isNotFound(err)) {
-          this.#beyond.delete(name);
-        } else {
-          o.log.debug("Could not delete a shard Lease beyond --shards; next round", {
-            lease: name,
-            error: errorText(err),
-          });
-        }
-      }
-    }
-    for (const name of this.#beyond.keys()) if (!seen.has(name)) this.#beyond.delete(name);
   }
 
   /** Starts holding shard `s` (its Lease just taken): the renew loop and the work. */

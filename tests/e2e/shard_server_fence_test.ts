@@ -21,6 +21,10 @@
  *   namespace (a write of the deposed holder that reaches the apiserver after the takeover) and a's
  *   admitted in every one.
  *
+ * - back to one Lease (a's SIGTERM releases its shard Leases, then a replica without `--shards`):
+ *   the leftover shard Leases are deleted and the single leader's writes admitted in every
+ *   namespace.
+ *
  * Printed, not asserted: the apiserver's time per check of this policy (its own histogram), in a
  * short namespace and in the longest.
  */
@@ -262,6 +266,44 @@ Deno.test("sharding: the apiserver refuses a write unless its replica holds the 
               `${holderMs.toFixed(1)} ms for the holder, ${adminMs.toFixed(1)} ms for the admin`,
           );
           assert(checks >= writes, `the histogram saw the refusals (${checks})`);
+        }
+      },
+    );
+
+    await t.step(
+      "back to one Lease: the leftover shard Leases go, the leader's writes are admitted",
+      async () => {
+        // a gives its shards back on SIGTERM (released: no holder), which the policy would read as
+        // refusing everyone in their ranges; a replica without --shards deletes them, then writes.
+        const a = ops.get(who[0].podName)!;
+        assertEquals(await a.stop(), 0);
+        ops.delete(who[0].podName);
+        const released = await holders(c, leaseNs, electionId);
+        assertEquals(released, ["", "", "", ""], "a released its shards");
+        const single = await startOperator([
+          `--kubeconfig=${who[0].kubeconfig}`,
+          "--leader-elect",
+          `--leader-election-namespace=${leaseNs}`,
+          `--leader-election-id=${electionId}`,
+          `--watch-namespace=${namespaces.join(",")}`,
+          ...SHORT_LEASE_FLAGS,
+        ], { APPSERVICE_POD_NAME: who[0].podName });
+        ops.set(who[0].podName, single);
+        await single.waitReady(90_000);
+        await waitFor("the shard Leases deleted", async () => {
+          const left = await c.list<Lease>(LEASES, { namespace: leaseNs });
+          return !left.items.some((l) => l.metadata?.name?.startsWith(`${electionId}-shard-`));
+        }, 30_000);
+        for (const ns of namespaces) {
+          await c.patch(APPSERVICES as never, "app", { spec: { progressDeadlineSeconds: 660 } }, {
+            namespace: ns,
+          });
+        }
+        for (const ns of namespaces) {
+          await waitFor(`${ns} reconciled by the single leader`, async () => {
+            const as = await getAs(ns, "app");
+            return as.status?.observedGeneration === as.metadata?.generation;
+          }, 30_000);
         }
       },
     );
