@@ -521,9 +521,9 @@ export const ROLLOUT_STEP_HOLD_MS = 2_000;
  * docs/design/status.md, "One write on the way to Ready"). While a Pod of the AppService waits for
  * its Node (no `spec.nodeName`, not reported unschedulable) the {@link ROLLOUT_STEP_HOLD_MS} hold
  * starts again at each reconcile, and once more at the first reconcile that sees them all bound,
- * so the hold runs from the last binding rather than from the create: a scheduler that lags a converge burst by seconds costs no extra write. A step held this
- * long is written anyway, so a scheduler that is down or far behind shows in `kubectl get as`
- * within it. An unschedulable Pod carries a stuck reason and is never held.
+ * so the hold runs from the last binding rather than from the create: a scheduler that lags a
+ * converge burst by seconds costs no extra write. A step held this long is written anyway, so a
+ * scheduler that is down or far behind shows in `kubectl get as` within it. An unschedulable Pod carries a stuck reason and is never held.
  */
 export const ROLLOUT_STEP_MAX_HOLD_MS = 10_000;
 
