@@ -29,6 +29,13 @@ import type { KubeClient } from "../kube/client.ts";
 import { FencedError, isAlreadyExists, isConflict, isNotFound } from "../kube/errors.ts";
 import { LEASES } from "../kube/resources.ts";
 import { type Clock, realClock, sleepOn } from "./clock.ts";
+import {
+  leaseDurationMs,
+  runsOutAtMs,
+  type SeenRecord,
+  seeRecord,
+  stillRuns,
+} from "./lease_expiry.ts";
 import { type FenceStamp, LeaseFence, type Term } from "./lease_fence.ts";
 import { LeaseWatch } from "./lease_watch.ts";
 import {
@@ -199,14 +206,8 @@ export class LeaderElector {
     >
     & LeaderElectorOptions;
   #clock: Clock;
-  #observed?: {
-    holder: string;
-    renewTime?: string;
-    rv?: string;
-    atMs: number;
-    /** The record's leaseDurationSeconds, in ms (ours when it has none). */
-    durationMs: number;
-  };
+  /** The last record seen (keyed by holder and renewTime, lease_expiry.ts) and its holder. */
+  #observed?: SeenRecord & { holder: string };
   #lease?: Lease;
   /** The handover marker this candidate wrote into the Lease, while it seals a takeover. */
   #marker?: string;
@@ -326,8 +327,7 @@ export class LeaderElector {
           this.#end("lost");
           return false;
         }
-        const durMs = (current.spec?.leaseDurationSeconds ?? o.leaseDurationSeconds) * 1000;
-        if (this.#observed!.atMs + durMs > now) return false; // held, not expired (on our clock)
+        if (stillRuns(this.#observed!, now)) return false; // held, not expired (on our clock)
       }
       // The record's times are those of the write's sending (the stamp taken right before it),
       // not of the attempt's start (docs/design/leadership.md, "Times of the record").
@@ -374,7 +374,7 @@ export class LeaderElector {
     const o = this.#o;
     const now = this.#clock.now();
     const last = this.#observed;
-    if (last?.holder && last.holder !== o.identity && last.atMs + last.durationMs > now) {
+    if (last?.holder && last.holder !== o.identity && stillRuns(last, now)) {
       return false;
     }
     // The fence counts from the moment the write that makes us holder is sent.
@@ -472,21 +472,17 @@ export class LeaderElector {
   #nextTry(lease: Lease | undefined): number {
     if (lease) this.#observe(lease, this.#clock.now());
     const seen = this.#observed;
-    return seen?.holder ? seen.atMs + seen.durationMs : this.#clock.now();
+    return seen?.holder ? runsOutAtMs(seen) : this.#clock.now();
   }
 
+  /** Records `lease` as seen at clock time `now` (ms); a new holder is reported (onNewLeader). */
   #observe(lease: Lease, now: number): void {
     const holder = lease.spec?.holderIdentity ?? "";
-    const renew = lease.spec?.renewTime;
     const prev = this.#observed;
-    if (!prev || prev.holder !== holder || prev.renewTime !== renew) {
-      this.#observed = {
-        holder,
-        renewTime: renew,
-        rv: lease.metadata?.resourceVersion,
-        atMs: now,
-        durationMs: (lease.spec?.leaseDurationSeconds ?? this.#o.leaseDurationSeconds) * 1000,
-      };
+    const key = JSON.stringify([holder, lease.spec?.renewTime ?? null]);
+    const record = seeRecord(prev, key, leaseDurationMs(lease, this.#o.leaseDurationSeconds), now);
+    if (record !== prev) {
+      this.#observed = { ...record, holder };
       if (
         holder && holder !== this.#o.identity && prev?.holder !== holder &&
         !isHandoverMarker(holder)

@@ -39,6 +39,7 @@ import {
   microTime,
   RETRY_JITTER,
 } from "./leader.ts";
+import { leaseDurationMs, SeenLeases, stillRuns } from "./lease_expiry.ts";
 import { errorText, type Logger } from "./log.ts";
 import type { ShardMetrics } from "./metrics.ts";
 import { fnv1a64, namespaceOfPath, shardOf } from "./shards.ts";
@@ -100,6 +101,11 @@ export interface ShardHooks {
   stopped(k: number): void;
 }
 
+/** The sweeper's log field for `from`: `shards` when sharded, none on one Lease (`from` 0). */
+function shardsField(from: number): { shards?: number } {
+  return from === 0 ? {} : { shards: from };
+}
+
 /** Options of {@link ShardLeaseSweeper}. */
 export interface ShardLeaseSweeperOptions {
   /** The Leases' client (no write fence). */
@@ -126,8 +132,10 @@ export interface ShardLeaseSweeperOptions {
  */
 export class ShardLeaseSweeper {
   readonly #o: ShardLeaseSweeperOptions;
-  /** name → resourceVersion, when that record was first seen (clock ms), whether warned about. */
-  readonly #seen = new Map<string, { rv?: string; atMs: number; warned: boolean }>();
+  /** Each Lease's record, keyed by resourceVersion: any write to it starts its wait again. */
+  readonly #seen = new SeenLeases();
+  /** The Leases warned about (once each, whatever their later records). */
+  readonly #warned = new Set<string>();
 
   /** A sweeper with no record seen yet. */
   constructor(o: ShardLeaseSweeperOptions) {
@@ -156,22 +164,23 @@ export class ShardLeaseSweeper {
       if (!/^(0|[1-9][0-9]*)$/.test(digits) || k < from) continue;
       seen.add(name);
       const rv = l.metadata?.resourceVersion;
-      const prev = this.#seen.get(name);
-      const entry = prev && prev.rv === rv
-        ? prev
-        : { rv, atMs: now, warned: prev?.warned ?? false };
-      this.#seen.set(name, entry);
+      const record = this.#seen.see(
+        name,
+        rv ?? "",
+        leaseDurationMs(l, o.leaseDurationSeconds),
+        now,
+      );
       const holder = l.spec?.holderIdentity ?? "";
-      const durationMs = (l.spec?.leaseDurationSeconds ?? o.leaseDurationSeconds) * 1000;
-      if (holder !== "" && now - entry.atMs <= durationMs) {
+      if (holder !== "" && stillRuns(record, now)) {
         left++;
-        if (!entry.warned) {
-          entry.warned = true;
-          o.log.warn("A shard Lease beyond --shards is held: a replica runs with more shards", {
-            lease: name,
-            holder,
-            shards: from,
-          });
+        if (!this.#warned.has(name)) {
+          this.#warned.add(name);
+          o.log.warn(
+            from === 0
+              ? "A shard Lease is held: a replica runs with --shards while this one runs on one Lease"
+              : "A shard Lease beyond --shards is held: a replica runs with more shards",
+            { lease: name, holder, ...shardsField(from) },
+          );
         }
         continue;
       }
@@ -181,24 +190,27 @@ export class ShardLeaseSweeper {
           preconditions: { resourceVersion: rv },
           signal: attempt(),
         });
-        this.#seen.delete(name);
-        o.log.info("Deleted a shard Lease beyond --shards: nobody holds it", {
-          lease: name,
-          shards: from,
-        });
+        this.#seen.forget(name);
+        o.log.info(
+          from === 0
+            ? "Deleted a shard Lease left by a sharded run: nobody holds it"
+            : "Deleted a shard Lease beyond --shards: nobody holds it",
+          { lease: name, ...shardsField(from) },
+        );
       } catch (err) {
         if (isNotFound(err)) {
-          this.#seen.delete(name);
+          this.#seen.forget(name);
           continue;
         }
         left++;
-        o.log.debug("Could not delete a shard Lease beyond --shards; next sweep", {
+        o.log.debug("Could not delete a leftover shard Lease; next sweep", {
           lease: name,
           error: errorText(err),
         });
       }
     }
-    for (const name of this.#seen.keys()) if (!seen.has(name)) this.#seen.delete(name);
+    this.#seen.keepOnly(seen);
+    for (const name of [...this.#warned]) if (!seen.has(name)) this.#warned.delete(name);
     return left;
   }
 }
@@ -251,7 +263,8 @@ export class ShardElector {
   /** Deletes the shard Leases numbered N or more once free ({@link ShardLeaseSweeper}). */
   readonly #sweeper: ShardLeaseSweeper;
   /** Membership Leases seen: name → record and when it was first seen (clock ms). */
-  readonly #members = new Map<string, { renew?: string; atMs: number; durationMs: number }>();
+  /** The other members' Leases, keyed by renewTime: a member is live while its record runs. */
+  readonly #members = new SeenLeases();
   #member?: Lease;
   #loop: Promise<void> = Promise.resolve();
   /** The membership Lease's renew loop (its own timer: a slow round must not let it run out). */
@@ -525,17 +538,16 @@ export class ShardElector {
       const name = l.metadata?.name ?? "";
       if (l.metadata?.labels?.[SHARD_MEMBER_LABEL] !== value || name === own) continue;
       seen.add(name);
-      const renew = l.spec?.renewTime ?? undefined;
-      const durationMs = (l.spec?.leaseDurationSeconds ?? o.leaseDurationSeconds) * 1000;
-      const prev = this.#members.get(name);
-      if (!prev || prev.renew !== renew) {
-        this.#members.set(name, { renew, atMs: now, durationMs });
-      }
-      const m = this.#members.get(name)!;
+      const record = this.#members.see(
+        name,
+        l.spec?.renewTime ?? "",
+        leaseDurationMs(l, o.leaseDurationSeconds),
+        now,
+      );
       const holder = l.spec?.holderIdentity;
-      if (holder && holder !== o.identity && m.atMs + m.durationMs > now) live.push(holder);
+      if (holder && holder !== o.identity && stillRuns(record, now)) live.push(holder);
     }
-    for (const name of [...this.#members.keys()]) if (!seen.has(name)) this.#members.delete(name);
+    this.#members.keepOnly(seen);
     return [...new Set(live)].sort();
   }
 

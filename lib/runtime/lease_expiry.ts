@@ -1,0 +1,83 @@
+/**
+ * When a Lease record runs out, as this process sees it — the one rule the leader elector
+ * (leader.ts), the sharded elector's membership count and its sweeper of leftover shard Leases
+ * (shard_elector.ts) share.
+ *
+ * The rule (client-go's leaderelection, `observedTime`; the Lease API's `leaseDurationSeconds`
+ * doc): a record runs out a lease duration after it was *first seen unchanged here*, measured on
+ * this process's clock. The `renewTime` it carries was written by another machine's clock and is
+ * never compared with ours; a changed record (a renewal, another holder) starts the wait again.
+ * What makes two records "the same" is the caller's choice of key (holder and renewTime, or the
+ * resourceVersion): see each caller.
+ *
+ * @module
+ */
+import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
+
+/** One Lease record, as first seen here. */
+export interface SeenRecord {
+  /** What identifies the record (the caller's key: e.g. holder and renewTime, or resourceVersion). */
+  readonly key: string;
+  /** Clock time (ms) when this record was first seen. */
+  readonly sinceMs: number;
+  /** The record's lease duration (ms). */
+  readonly durationMs: number;
+}
+
+/** The lease duration of `lease` in ms: its `spec.leaseDurationSeconds`, else `defaultSeconds`. */
+export function leaseDurationMs(lease: Lease, defaultSeconds: number): number {
+  return (lease.spec?.leaseDurationSeconds ?? defaultSeconds) * 1000;
+}
+
+/**
+ * The record seen at clock time `nowMs` (ms) under `key`: `prev` itself when it is the same record
+ * (so its wait goes on), else a new record whose wait starts now.
+ */
+export function seeRecord(
+  prev: SeenRecord | undefined,
+  key: string,
+  durationMs: number,
+  nowMs: number,
+): SeenRecord {
+  return prev && prev.key === key ? prev : { key, sinceMs: nowMs, durationMs };
+}
+
+/** Clock time (ms) at which `r` runs out: a lease duration after it was first seen. */
+export function runsOutAtMs(r: SeenRecord): number {
+  return r.sinceMs + r.durationMs;
+}
+
+/** Whether `r` still runs at clock time `nowMs` (ms): seen unchanged for less than its duration. */
+export function stillRuns(r: SeenRecord, nowMs: number): boolean {
+  return nowMs < runsOutAtMs(r);
+}
+
+/**
+ * The records of several Leases by name, kept between lists of them (each list: {@link see} for
+ * every Lease listed, then {@link keepOnly} with their names, so a deleted Lease is forgotten).
+ */
+export class SeenLeases {
+  readonly #seen = new Map<string, SeenRecord>();
+
+  /** Records Lease `name`'s record `key` at `nowMs` (see {@link seeRecord}) and returns it. */
+  see(name: string, key: string, durationMs: number, nowMs: number): SeenRecord {
+    const r = seeRecord(this.#seen.get(name), key, durationMs, nowMs);
+    this.#seen.set(name, r);
+    return r;
+  }
+
+  /** Forgets Lease `name` (deleted). */
+  forget(name: string): void {
+    this.#seen.delete(name);
+  }
+
+  /** Forgets every Lease not in `names` (no longer listed). */
+  keepOnly(names: ReadonlySet<string>): void {
+    for (const name of [...this.#seen.keys()]) if (!names.has(name)) this.#seen.delete(name);
+  }
+
+  /** How many Leases are remembered. */
+  get size(): number {
+    return this.#seen.size;
+  }
+}
