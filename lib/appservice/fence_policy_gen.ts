@@ -146,8 +146,11 @@ export function shardFencePolicyObjects(): { spec: unknown }[] {
       }],
       variables: shardFenceVariables(),
       validations: [{
-        expression: '!variables.judges || (variables.podName != "" && ' +
-          'variables.holder.startsWith(variables.podName + "_"))',
+        // The holder's own Lease first: CEL's `||` skips the right side when the left is true and
+        // variables are evaluated only when used, so the hash is computed only against the Leases
+        // the writer does not hold (docs/design/sharding.md, "Cost").
+        expression: '(variables.podName != "" && ' +
+          'variables.holder.startsWith(variables.podName + "_")) || !variables.judges',
         messageExpression: '"not the Lease holder: Pod \'" + variables.podName + "\' is not ' +
           'the holder of Lease " + params.metadata.namespace + "/" + params.metadata.name + ' +
           '" (held by \'" + variables.holder + "\')"',
