@@ -181,6 +181,30 @@ export function isLeaseHolderRefusal(err: unknown): err is ApiError {
     msg.includes(`denied request: ${LEASE_FENCE_PHRASE}`);
 }
 
+/** The Lease a Lease-holder policy's refusal names ({@link refusingLease}). */
+export interface RefusingLease {
+  /** The Lease's namespace. */
+  namespace: string;
+  /** The Lease's name. */
+  name: string;
+  /** Its holder as the apiserver saw it ("" for none, e.g. released). */
+  holder: string;
+}
+
+/**
+ * The Lease named by the apiserver's refusal in `err` (a {@link FencedError} of reason
+ * `NotLeaseHolder`), read from the policies' message (deploy/lease_fence_policy.yaml,
+ * shard_fence_policy.yaml: `... is not the holder of Lease <namespace>/<name> (held by
+ * '<holder>')`); undefined for any other error or message.
+ */
+export function refusingLease(err: unknown): RefusingLease | undefined {
+  if (!(err instanceof FencedError) || err.reason !== "NotLeaseHolder") return undefined;
+  const msg = err.apiError?.status?.message ?? "";
+  const m = / is not the holder of Lease ([a-z0-9.-]+)\/([a-z0-9.-]+) \(held by '([^']*)'\)/
+    .exec(msg);
+  return m ? { namespace: m[1], name: m[2], holder: m[3] } : undefined;
+}
+
 /**
  * The error a client throws for an error answer: a {@link FencedError} (reason `NotLeaseHolder`)
  * for the Lease-holder policy's refusal ({@link isLeaseHolderRefusal}), else `err` itself.

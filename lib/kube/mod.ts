@@ -87,6 +87,8 @@ export {
   networkErrorIn,
   type NetworkErrorKind,
   networkErrorReason,
+  type RefusingLease,
+  refusingLease,
   type Status,
 } from "./errors.ts";
 export {

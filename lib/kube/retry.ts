@@ -18,7 +18,7 @@
  * @module
  */
 import type { CredentialProvider } from "./credentials.ts";
-import { ApiError, fencedByServer } from "./errors.ts";
+import { ApiError, fencedByServer, FencedError } from "./errors.ts";
 import { type RawRequest, requestUrl } from "./params.ts";
 import { type RetryAfterGate, sleep, type TokenBucket } from "./throttle.ts";
 import {
@@ -245,13 +245,20 @@ export class Sender {
       gated: this.#o.gate !== NO_GATE,
     });
     if (d.type === "fail") {
-      // The Lease-holder admission policy's refusal is a fenced write, not an API error.
-      throw fencedByServer(
+      // The Lease-holder admission policy's refusal is a fenced write, not an API error; the
+      // fence that let it leave is told.
+      const err = fencedByServer(
         new ApiError(resp.status, status, {
           retryAfterSeconds: retryAfter,
           request: `${req.method} ${req.path}`,
         }),
       );
+      if (err instanceof FencedError) {
+        try {
+          this.#o.fence()?.refused?.(err);
+        } catch { /* feedback only: the refusal is thrown either way */ }
+      }
+      throw err;
     }
     if (d.refreshCredential) {
       st.retriedAuth = true;

@@ -19,6 +19,7 @@
  */
 import type { ConnectionHealth, Recovery } from "./connection.ts";
 import {
+  type FencedError,
   NetworkError,
   type NetworkErrorKind,
   networkErrorReason,
@@ -55,6 +56,14 @@ export interface WriteFence {
    * @param path request path
    */
   signalFor?(method: string, path: string): AbortSignal | undefined;
+  /**
+   * Told when the apiserver refused a write this fence let leave, by a Lease-holder admission
+   * policy (a `FencedError` of reason `NotLeaseHolder`, which the client then throws): feedback
+   * for the fence's owner, e.g. to find a Lease that blocks the writes (lib/runtime/fence_repair.ts).
+   * Must not throw or block.
+   * @param err the refusal
+   */
+  refused?(err: FencedError): void;
 }
 
 /** What {@link ClientOptions.onRequest} is told about each finished HTTP request. */

@@ -162,6 +162,13 @@ export interface LeaderElectorOptions {
    * shards' Leases carry their hash range this way (lib/runtime/shard_fence_cel.ts).
    */
   leaseMetadata?: { labels?: Record<string, string>; annotations?: Record<string, string> };
+  /**
+   * Asked before this candidate takes a Lease that is free, run out or missing (never before a
+   * renewal): false leaves it for now, as if it were held (the next attempt asks again). The
+   * manager's single Lease waits so while a sharded replica of the same election still holds shard
+   * Leases (docs/design/sharding.md, "Changing N"). Default: always true.
+   */
+  mayTake?: (signal?: AbortSignal) => Promise<boolean>;
 }
 
 /**
@@ -202,6 +209,7 @@ export class LeaderElector {
         | "onHandover"
         | "watchLease"
         | "leaseMetadata"
+        | "mayTake"
       >
     >
     & LeaderElectorOptions;
@@ -329,6 +337,9 @@ export class LeaderElector {
         }
         if (stillRuns(this.#observed!, now)) return false; // held, not expired (on our clock)
       }
+      if (holder !== o.identity && holder !== this.#marker && !await this.#mayTake(signal)) {
+        return false;
+      }
       // The record's times are those of the write's sending (the stamp taken right before it),
       // not of the attempt's start (docs/design/leadership.md, "Times of the record").
       if (holder !== o.identity && o.sealTakeover !== false) {
@@ -377,6 +388,7 @@ export class LeaderElector {
     if (last?.holder && last.holder !== o.identity && stillRuns(last, now)) {
       return false;
     }
+    if (!await this.#mayTake(signal)) return false;
     // The fence counts from the moment the write that makes us holder is sent.
     const stamp = this.fence.stamp();
     this.#lease = await o.client.create<Lease>(LEASES, {
@@ -473,6 +485,11 @@ export class LeaderElector {
     if (lease) this.#observe(lease, this.#clock.now());
     const seen = this.#observed;
     return seen?.holder ? runsOutAtMs(seen) : this.#clock.now();
+  }
+
+  /** {@link LeaderElectorOptions.mayTake}: true when none was given. */
+  #mayTake(signal?: AbortSignal): Promise<boolean> {
+    return this.#o.mayTake ? this.#o.mayTake(signal) : Promise.resolve(true);
   }
 
   /** Records `lease` as seen at clock time `now` (ms); a new holder is reported (onNewLeader). */

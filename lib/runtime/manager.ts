@@ -508,6 +508,9 @@ export class Manager {
         retryPeriodMs: o.retryPeriodMs,
         metrics: o.metrics,
         log: this.#log,
+        requeueAll: () => {
+          for (const c of controllers) c.controller.enqueueAll();
+        },
       })
       : undefined;
     groups.add("servers", connectionLog(o.client, trustHint));

@@ -22,6 +22,8 @@ import {
   type ServerName,
   serveRoutes,
 } from "./health.ts";
+import { FenceRepair, withRefusalRepair } from "./fence_repair.ts";
+import { leaseDurationMs, SeenLeases, stillRuns } from "./lease_expiry.ts";
 import type { HandoverReport } from "./handover.ts";
 import { LeaderElector, type LeadershipState, leaseAttemptTimeoutMs, type Term } from "./leader.ts";
 import { memberLabelValue, ShardLeaseSweeper } from "./shard_elector.ts";
@@ -314,6 +316,11 @@ export interface ElectionOptions {
   metrics: Metrics;
   /** The manager's logger. */
   log: Logger;
+  /**
+   * Has every key reconciled again, after a Lease of another mode that refused this replica's
+   * writes is gone (lib/runtime/fence_repair.ts); none: nothing is requeued.
+   */
+  requeueAll?: () => void;
 }
 
 /**
@@ -336,6 +343,12 @@ export class Election implements Runnable {
   /** Made by {@link Election.start}, with the Lease client (its own one only then). */
   #elector?: LeaderElector;
   #ownLeaseClient?: KubeClient;
+  /** Clears shard Leases that refuse this leader's writes (made by {@link Election.start}). */
+  #repair?: FenceRepair;
+  /** Shard Leases' records seen before taking the Lease ({@link Election.#noShardHeld}). */
+  readonly #shardRecords = new SeenLeases();
+  /** Whether the wait for sharded replicas was told. */
+  #shardWaitTold = false;
   #done: Promise<unknown> = Promise.resolve();
 
   /** A candidate that makes nothing and does not campaign before {@link Election.start}. */
@@ -360,8 +373,21 @@ export class Election implements Runnable {
    */
   start(signal: AbortSignal): void {
     const elector = this.#elector = this.#makeElector();
-    // From now on every write of `client` needs a fresh Lease (docs/scenarios.md S13).
-    this.#o.client.setWriteFence(elector.fence);
+    const o = this.#o;
+    const repair = this.#repair = new FenceRepair({
+      client: this.#ownLeaseClient ?? o.leaseClient ?? o.client,
+      namespace: o.namespace,
+      id: o.name,
+      shards: 1,
+      leaseDurationSeconds: o.leaseDurationSeconds,
+      retryPeriodMs: o.retryPeriodMs,
+      log: o.log,
+      onRepaired: () => o.requeueAll?.(),
+    });
+    repair.start(signal);
+    // From now on every write of `client` needs a fresh Lease (docs/scenarios.md S13); a refusal
+    // by the apiserver that names a shard Lease left by a sharded run is repaired.
+    this.#o.client.setWriteFence(withRefusalRepair(elector.fence, repair));
     this.#o.log.info("Waiting for the Lease", {
       lease: `${this.#o.namespace}/${this.#o.name}`,
       identity: this.#o.identity,
@@ -372,6 +398,7 @@ export class Election implements Runnable {
   /** Waits for the elector to stop, releases the Lease if still held, closes its own client. */
   async stopped(): Promise<void> {
     await this.#done;
+    await this.#repair?.stopped();
     await this.#elector?.release(AbortSignal.timeout(RELEASE_TIMEOUT_MS));
     this.#ownLeaseClient?.close();
   }
@@ -413,6 +440,52 @@ export class Election implements Runnable {
     }
   }
 
+  /**
+   * Whether no shard Lease of this election is held by a live replica ({@link
+   * LeaderElectorOptions.mayTake}): lists them by label; a holder's record that still runs on this
+   * replica's clock (seen unchanged for less than its lease duration) means a sharded replica
+   * still works, and taking the one Lease now would have each refuse the other's writes. Told once
+   * while waiting. Throws the list's error (the attempt fails and is retried).
+   */
+  async #noShardHeld(client: KubeClient, signal?: AbortSignal): Promise<boolean> {
+    const o = this.#o;
+    const list = await client.list<Lease>(LEASES, {
+      namespace: o.namespace,
+      labelSelector: `${SHARD_LEASE_LABEL}=${memberLabelValue(o.name)}`,
+      signal,
+    });
+    const now = realClock.now();
+    const names = new Set<string>();
+    let held: { lease: string; holder: string } | undefined;
+    for (const l of list.items) {
+      const name = l.metadata?.name ?? "";
+      names.add(name);
+      const record = this.#shardRecords.see(
+        name,
+        l.metadata?.resourceVersion ?? "",
+        leaseDurationMs(l, o.leaseDurationSeconds),
+        now,
+      );
+      const holder = l.spec?.holderIdentity ?? "";
+      if (holder !== "" && stillRuns(record, now)) {
+        held ??= { lease: `${o.namespace}/${name}`, holder };
+      }
+    }
+    this.#shardRecords.keepOnly(names);
+    if (held) {
+      if (!this.#shardWaitTold) {
+        this.#shardWaitTold = true;
+        o.log.warn(
+          "A sharded replica holds shard Leases of this election: this replica takes the one Lease once they are released or run out",
+          held,
+        );
+      }
+      return false;
+    }
+    this.#shardWaitTold = false;
+    return true;
+  }
+
   #makeElector(): LeaderElector {
     const o = this.#o;
     let leaseClient = o.leaseClient;
@@ -423,6 +496,7 @@ export class Election implements Runnable {
     }
     const lease = `${o.namespace}/${o.name}`;
     const labels = { name: o.name };
+    const client = leaseClient;
     const elector: LeaderElector = new LeaderElector({
       client: leaseClient,
       namespace: o.namespace,
@@ -452,6 +526,8 @@ export class Election implements Runnable {
         }
       },
       onNewLeader: (holder) => o.log.info("Observed leader", { lease, holder }),
+      // A rolling change from shards to one Lease: not while a sharded replica holds shards.
+      mayTake: (signal) => this.#noShardHeld(client, signal),
       onHandover: (r) => logHandover(o.log, lease, r),
       // A failure to reach the apiserver is the outage's, told once (docs/design/transport.md);
       // a renewal that keeps failing ends in the lost-Lease error.

@@ -48,6 +48,13 @@ import { shardLeaseMetadata } from "./shard_fence_cel.ts";
 /** Label of the membership Leases; its value is the election id. */
 export const SHARD_MEMBER_LABEL = "sharding.apps.our-org.com/member-of";
 
+/**
+ * Annotation of a membership Lease: its replica's `--shards`. Replicas of one election run one
+ * count at a time (docs/design/sharding.md, "Changing N"); a member without it counts as one of
+ * this replica's count.
+ */
+export const SHARD_COUNT_ANNOTATION = "sharding.apps.our-org.com/shards";
+
 /** Name of shard `k`'s Lease. */
 export function shardLeaseName(id: string, k: number): string {
   return `${id}-shard-${k}`;
@@ -265,6 +272,16 @@ export class ShardElector {
   /** Membership Leases seen: name → record and when it was first seen (clock ms). */
   /** The other members' Leases, keyed by renewTime: a member is live while its record runs. */
   readonly #members = new SeenLeases();
+  /** The `--shards` each live member's Lease says (those that say one), from the last round. */
+  readonly #memberCounts = new Map<string, number>();
+  /** Each live member's membership `acquireTime` (when it joined; "" unknown), from the last round. */
+  readonly #memberSince = new Map<string, string>();
+  /** The other counts last warned about ("" when none). */
+  #mixedWarned = "";
+  /** The one Lease `<id>` of a run without shards, as seen by the rounds (keyed by resourceVersion). */
+  readonly #oneLease = new SeenLeases();
+  /** Whether the wait for a live holder of the one Lease was told. */
+  #oneWarned = false;
   #member?: Lease;
   #loop: Promise<void> = Promise.resolve();
   /** The membership Lease's renew loop (its own timer: a slow round must not let it run out). */
@@ -471,7 +488,27 @@ export class ShardElector {
     const byName = new Map(list.items.map((l) => [l.metadata?.name ?? "", l]));
     const live = this.#liveMembers(list.items, now);
     this.#live = live.length;
-    const fair = targetShare(o.shards, live.length, live.indexOf(o.identity));
+    // One count at a time: the share is counted among the live members of this replica's
+    // `--shards` only, and while a live member of another count holds a shard Lease this replica
+    // takes no more (a rolling change of the count: the new replicas wait as standbys until the
+    // last replica of the old count has released its shards; docs/design/sharding.md).
+    const same = live.filter((id) => (this.#memberCounts.get(id) ?? o.shards) === o.shards);
+    const others = live.filter((id) => !same.includes(id));
+    const othersHold = others.length > 0 &&
+      list.items.some((l) =>
+        (l.metadata?.name ?? "").startsWith(`${o.id}-shard-`) &&
+        others.includes(l.spec?.holderIdentity ?? "")
+      );
+    this.#warnMixed(others);
+    const oneHeld = await this.#oneLeaseHeld(byName.get(o.id), now, attempt);
+    let fair = targetShare(o.shards, same.length, same.indexOf(o.identity));
+    if (othersHold || oneHeld) fair = Math.min(fair, this.held().length);
+    // Both sides holding (two first attempts at once, which the rules above cannot order): one
+    // side yields everything, or some shards would stay taken by nobody — to a live single
+    // leader, or to the count whose first member joined first (the old count in a rolling change).
+    if (this.held().length > 0 && (oneHeld || (othersHold && this.#newerCount(same, others)))) {
+      fair = 0;
+    }
     // Every round observes every shard's Lease, held elsewhere or not: a Lease runs out a lease
     // duration after its record was first seen unchanged, so it must be watched before this
     // replica needs it (e.g. while a dead member still counts as live).
@@ -481,7 +518,8 @@ export class ShardElector {
         nextTry.set(s.k, s.elector.observeLease(byName.get(shardLeaseName(o.id, s.k))));
       }
     }
-    await this.#sweeper.sweep(list.items, o.shards, now, attempt);
+    // Leases beyond this count may be another live count's: swept only when none is live.
+    if (others.length === 0) await this.#sweeper.sweep(list.items, o.shards, now, attempt);
     const held = this.held();
     if (held.length > fair) {
       // Give back the highest shards above the share, one round at a time.
@@ -520,6 +558,101 @@ export class ShardElector {
     }
   }
 
+  /**
+   * The one Lease `<id>` of a run without `--shards` (`lease`: from this round's list): true while
+   * a live replica holds it (its record runs on this replica's clock) — a rolling change from one
+   * Lease to shards, whose shards this replica then does not take yet. Released or run out, it
+   * is deleted (resourceVersion precondition), since deploy/'s one-Lease policy would refuse every
+   * write of every replica while it names nobody (docs/design/sharding.md, "Changing N").
+   */
+  async #oneLeaseHeld(
+    lease: Lease | undefined,
+    now: number,
+    attempt: () => AbortSignal,
+  ): Promise<boolean> {
+    const o = this.#o;
+    if (!lease) {
+      this.#oneLease.forget(o.id);
+      return false;
+    }
+    const rv = lease.metadata?.resourceVersion ?? "";
+    const record = this.#oneLease.see(
+      o.id,
+      rv,
+      leaseDurationMs(lease, o.leaseDurationSeconds),
+      now,
+    );
+    const holder = lease.spec?.holderIdentity ?? "";
+    if (holder !== "" && stillRuns(record, now)) {
+      if (!this.#oneWarned) {
+        this.#oneWarned = true;
+        o.log.warn(
+          "A replica without --shards holds the one Lease: this replica takes no shard until it is released or runs out",
+          { lease: `${o.namespace}/${o.id}`, holder, shards: o.shards },
+        );
+      }
+      return true;
+    }
+    this.#oneWarned = false;
+    try {
+      await o.client.delete(LEASES, o.id, {
+        namespace: o.namespace,
+        preconditions: { resourceVersion: rv },
+        signal: attempt(),
+      });
+      this.#oneLease.forget(o.id);
+      o.log.info("Deleted the one Lease of a run without --shards: nobody holds it", {
+        lease: `${o.namespace}/${o.id}`,
+        formerHolder: holder,
+      });
+    } catch (err) {
+      if (!isNotFound(err)) {
+        o.log.debug("Could not delete the one Lease; next round", { error: errorText(err) });
+      }
+    }
+    return false;
+  }
+
+  /**
+   * Whether this replica's count joined after the other counts: the earliest membership
+   * `acquireTime` among `same` (this replica's included) is later than the earliest among `others`
+   * (times as the Leases carry them, RFC 3339 with microseconds, which compare as strings; an
+   * unknown one counts as earliest); on a tie, the larger count is the newer.
+   */
+  #newerCount(same: string[], others: string[]): boolean {
+    const own = this.#member?.spec?.acquireTime ?? "";
+    const earliest = (ids: string[]) =>
+      ids.reduce((min, id) => {
+        const t = id === this.#o.identity ? own : (this.#memberSince.get(id) ?? "");
+        return t < min ? t : min;
+      }, "\uffff");
+    const mine = earliest(same);
+    const theirs = earliest(others);
+    if (mine !== theirs) return mine > theirs;
+    const otherCount = Math.min(...others.map((id) => this.#memberCounts.get(id) ?? Infinity));
+    return this.#o.shards > otherCount;
+  }
+
+  /** Warns once per set of other counts seen among the live members (`others`: identities). */
+  #warnMixed(others: string[]): void {
+    const counts = [...new Set(others.map((id) => this.#memberCounts.get(id)!))].sort((a, b) =>
+      a - b
+    );
+    const key = counts.join(",");
+    if (key === this.#mixedWarned) return;
+    this.#mixedWarned = key;
+    if (key === "") {
+      this.#o.log.info("Every live replica runs with this --shards again", {
+        shards: this.#o.shards,
+      });
+      return;
+    }
+    this.#o.log.warn(
+      "Replicas run with another --shards: this replica takes no shard while one of them holds a shard Lease",
+      { shards: this.#o.shards, otherShards: counts, others },
+    );
+  }
+
   /** Shard order of this replica's attempts: from a start its identity picks, so replicas differ. */
   #preference(): number[] {
     const n = this.#o.shards;
@@ -534,6 +667,8 @@ export class ShardElector {
     const own = memberLeaseName(o.id, o.identity);
     const live = [o.identity];
     const seen = new Set<string>();
+    const counts = new Map<string, number>();
+    const since = new Map<string, string>();
     for (const l of items) {
       const name = l.metadata?.name ?? "";
       if (l.metadata?.labels?.[SHARD_MEMBER_LABEL] !== value || name === own) continue;
@@ -545,9 +680,18 @@ export class ShardElector {
         now,
       );
       const holder = l.spec?.holderIdentity;
-      if (holder && holder !== o.identity && stillRuns(record, now)) live.push(holder);
+      if (holder && holder !== o.identity && stillRuns(record, now)) {
+        live.push(holder);
+        const count = Number(l.metadata?.annotations?.[SHARD_COUNT_ANNOTATION]);
+        if (Number.isInteger(count) && count > 0) counts.set(holder, count);
+        since.set(holder, l.spec?.acquireTime ?? "");
+      }
     }
     this.#members.keepOnly(seen);
+    this.#memberCounts.clear();
+    for (const [id, n] of counts) this.#memberCounts.set(id, n);
+    this.#memberSince.clear();
+    for (const [id, t] of since) this.#memberSince.set(id, t);
     return [...new Set(live)].sort();
   }
 
@@ -560,10 +704,15 @@ export class ShardElector {
       renewTime: microTime(this.#clock.now()),
     });
     const name = memberLeaseName(o.id, o.identity);
+    const metadata = (m: Lease["metadata"]) => ({
+      ...m,
+      annotations: { ...m?.annotations, [SHARD_COUNT_ANNOTATION]: String(o.shards) },
+    });
     if (this.#member) {
       try {
         this.#member = await o.client.update<Lease>(LEASES, {
           ...this.#member,
+          metadata: metadata(this.#member.metadata),
           spec: { ...this.#member.spec, ...spec() },
         }, { signal });
         return;
@@ -575,6 +724,7 @@ export class ShardElector {
       const cur = await o.client.get<Lease>(LEASES, name, { namespace: o.namespace, signal });
       this.#member = await o.client.update<Lease>(LEASES, {
         ...cur,
+        metadata: metadata(cur.metadata),
         spec: { ...cur.spec, ...spec() },
       }, { signal });
     } catch (err) {
@@ -583,11 +733,11 @@ export class ShardElector {
         this.#member = await o.client.create<Lease>(LEASES, {
           apiVersion: "coordination.k8s.io/v1",
           kind: "Lease",
-          metadata: {
+          metadata: metadata({
             name,
             namespace: o.namespace,
             labels: { [SHARD_MEMBER_LABEL]: memberLabelValue(o.id) },
-          },
+          }),
           spec: { ...spec(), acquireTime: microTime(this.#clock.now()) },
         }, { signal });
       } catch (e) {

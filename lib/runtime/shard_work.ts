@@ -12,6 +12,7 @@
 import type { KubeClient, KubeObject } from "../kube/client.ts";
 import type { ResourceType } from "../kube/resources.ts";
 import type { Controller } from "./controller.ts";
+import { FenceRepair, withRefusalRepair } from "./fence_repair.ts";
 import { errorText, type Logger } from "./log.ts";
 import type { Metrics, ShardMetrics } from "./metrics.ts";
 import { ShardElector, type ShardHooks } from "./shard_elector.ts";
@@ -303,6 +304,7 @@ export function shardingRunnables(o: ShardingRunnablesOptions): {
     metrics,
   });
   let elector: ShardElector | undefined;
+  let repair: FenceRepair | undefined;
   let ownLeaseClient: KubeClient | undefined;
   const mode: Runnable = {
     name: "shard-mode",
@@ -339,7 +341,22 @@ export function shardingRunnables(o: ShardingRunnablesOptions): {
         log: o.log,
         metrics,
       });
-      o.client.setWriteFence(elector.fence);
+      // A refusal by the apiserver that names a Lease of another mode (the one Lease, or shard
+      // Leases beyond --shards, left by another run) is repaired; then every key goes again.
+      repair = new FenceRepair({
+        client: leaseClient,
+        namespace: o.leaderElectionNamespace,
+        id: o.leaderElectionId,
+        shards: o.shards,
+        leaseDurationSeconds: o.leaseDurationSeconds,
+        retryPeriodMs: o.retryPeriodMs,
+        log: o.log,
+        onRepaired: () => {
+          for (const c of o.controllers()) c.enqueueAll();
+        },
+      });
+      repair.start(signal);
+      o.client.setWriteFence(withRefusalRepair(elector.fence, repair));
       work.start(signal);
       o.log.info("Taking shards", {
         leases: `${o.leaderElectionNamespace}/${o.leaderElectionId}-shard-<k>`,
@@ -350,6 +367,7 @@ export function shardingRunnables(o: ShardingRunnablesOptions): {
     },
     stopped: async () => {
       await elector?.stop();
+      await repair?.stopped();
       ownLeaseClient?.close();
     },
   };

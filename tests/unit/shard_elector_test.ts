@@ -20,6 +20,7 @@ import {
   targetShare,
 } from "../../lib/runtime/shard_elector.ts";
 import { shardOf } from "../../lib/runtime/shards.ts";
+import { HASH_LAST_ANNOTATION, shardLeaseMetadata } from "../../lib/runtime/shard_fence_cel.ts";
 import { ShardWork } from "../../lib/runtime/shard_work.ts";
 import type { ShardReflector } from "../../lib/runtime/shard_reflector.ts";
 import type { Controller } from "../../lib/runtime/controller.ts";
@@ -469,5 +470,58 @@ Deno.test("shard elector: Leases beyond --shards go once nobody holds them; a he
     for (let k = 0; k < N; k++) assert(api.leases.has(shardLeaseName(ID, k)), `shard ${k} kept`);
   } finally {
     await r.stop();
+  }
+});
+
+Deno.test("shard elector: one count at a time — a replica of another --shards waits until the old count's holders are gone", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  const old = replicas(api, clock, ["a_1"], 4);
+  let next: ReturnType<typeof replicas> | undefined;
+  try {
+    await run(clock, 3_000);
+    assertEquals(old.electors[0].held(), [0, 1, 2, 3]);
+    next = replicas(api, clock, ["b_1"], 2);
+    await run(clock, 10_000);
+    // The old count keeps every shard (its share is counted among its own count), the new one
+    // takes none while a replica of the old count holds shard Leases.
+    assertEquals(old.electors[0].held(), [0, 1, 2, 3]);
+    assertEquals(next.electors[0].held(), []);
+    for (let k = 0; k < 4; k++) assertEquals(api.holder(shardLeaseName(ID, k)), "a_1");
+    await old.stop(); // releases its shard Leases and its membership
+    await run(clock, 5_000);
+    assertEquals(next.electors[0].held(), [0, 1]);
+    for (let k = 0; k < 2; k++) {
+      const l = api.leases.get(shardLeaseName(ID, k))!;
+      assertEquals(
+        l.metadata?.annotations?.[HASH_LAST_ANNOTATION],
+        shardLeaseMetadata("op", k, 2)
+          .annotations[HASH_LAST_ANNOTATION],
+        `shard ${k}'s range is the new count's`,
+      );
+    }
+    for (const k of [2, 3]) assert(!api.leases.has(shardLeaseName(ID, k)), `Lease ${k} swept`);
+  } finally {
+    await old.stop();
+    await next?.stop();
+  }
+});
+
+Deno.test("shard elector: two counts holding at once — one gives everything back (here, on a tie of join times, the larger count)", async () => {
+  const api = new FakeLeases();
+  const clock = new FakeClock();
+  // Both start on an empty election in the same instant and take shards before seeing each
+  // other; their membership Leases carry the same acquireTime.
+  const a = replicas(api, clock, ["a_1"], 4);
+  const b = replicas(api, clock, ["b_1"], 2);
+  try {
+    await run(clock, 300);
+    assert(a.electors[0].held().length > 0 && b.electors[0].held().length > 0, "both hold");
+    await run(clock, 10_000);
+    assertEquals(a.electors[0].held(), []);
+    assertEquals(b.electors[0].held(), [0, 1]);
+  } finally {
+    await a.stop();
+    await b.stop();
   }
 });
