@@ -23,7 +23,7 @@
  */
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import type { KubeClient, WriteFence } from "../kube/client.ts";
-import { type FencedError, isNotFound, refusingLease } from "../kube/errors.ts";
+import { type FencedError, isForbidden, isNotFound, refusingLease } from "../kube/errors.ts";
 import { LEASES } from "../kube/resources.ts";
 import { type Clock, realClock, sleepOn } from "./clock.ts";
 import { leaseDurationMs, runsOutAtMs, SeenLeases, stillRuns } from "./lease_expiry.ts";
@@ -250,6 +250,18 @@ export class FenceRepair {
       });
     } catch (err) {
       if (isNotFound(err)) return "gone";
+      if (isForbidden(err)) {
+        // No delete permission (leader election alone needs none): say once what to do, and
+        // try again only a lease duration later.
+        if (s.warnedHolder !== "\u0000forbidden") {
+          s.warnedHolder = "\u0000forbidden";
+          o.log.warn(
+            "A Lease of another mode refuses this replica's writes, and this replica may not delete it: delete it by hand",
+            { lease: `${o.namespace}/${name}`, error: errorText(err) },
+          );
+        }
+        return now + o.leaseDurationSeconds * 1000;
+      }
       o.log.debug("Deleting a Lease that refused a write failed; trying again", {
         lease: `${o.namespace}/${name}`,
         error: errorText(err),

@@ -8,6 +8,7 @@
  * @module
  */
 import type { KubeClient, KubeObject } from "../kube/client.ts";
+import { isForbidden } from "../kube/errors.ts";
 import { realClock, sleepOn } from "./clock.ts";
 import { collectGarbage, exposedGc, IDLE_GC_POLL_MS, idleCollectionDue } from "./collect.ts";
 import { type Controller, type Informer, logAttemptFailure } from "./controller.ts";
@@ -349,6 +350,8 @@ export class Election implements Runnable {
   readonly #shardRecords = new SeenLeases();
   /** Whether the wait for sharded replicas was told. */
   #shardWaitTold = false;
+  /** Whether a forbidden list of the shard Leases was told. */
+  #listForbiddenTold = false;
   #done: Promise<unknown> = Promise.resolve();
 
   /** A candidate that makes nothing and does not campaign before {@link Election.start}. */
@@ -449,11 +452,27 @@ export class Election implements Runnable {
    */
   async #noShardHeld(client: KubeClient, signal?: AbortSignal): Promise<boolean> {
     const o = this.#o;
-    const list = await client.list<Lease>(LEASES, {
-      namespace: o.namespace,
-      labelSelector: `${SHARD_LEASE_LABEL}=${memberLabelValue(o.name)}`,
-      signal,
-    });
+    let list;
+    try {
+      list = await client.list<Lease>(LEASES, {
+        namespace: o.namespace,
+        labelSelector: `${SHARD_LEASE_LABEL}=${memberLabelValue(o.name)}`,
+        signal,
+      });
+    } catch (err) {
+      // Leader election itself needs only get, create and update on the Lease (client-go's
+      // rule); without list there is no sharded run of this election to wait for that this
+      // replica could see: take the Lease as before.
+      if (!isForbidden(err)) throw err;
+      if (!this.#listForbiddenTold) {
+        this.#listForbiddenTold = true;
+        o.log.info("May not list Leases: not checking for shard Leases before taking the Lease", {
+          lease: `${o.namespace}/${o.name}`,
+          error: errorText(err),
+        });
+      }
+      return true;
+    }
     const now = realClock.now();
     const names = new Set<string>();
     let held: { lease: string; holder: string } | undefined;
