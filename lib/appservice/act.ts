@@ -59,6 +59,7 @@ import {
 import type { Failure } from "./report.ts";
 import { type PlannedDelete, planRollout } from "./rollout.ts";
 import type { AppService } from "./schema.ts";
+import type { OwnPodWrites } from "./written.ts";
 
 /** Field manager of every write (server-side apply and create/update). */
 export const FIELD_MANAGER = MANAGED_BY;
@@ -83,6 +84,11 @@ export interface ActDeps {
   terminating?: TerminatingNamespaces;
   /** Wall clock (ms). */
   now: () => number;
+  /**
+   * Where the Pods it creates and deletes are noted until the cache shows them (written.ts
+   * {@link OwnPodWrites}), if anywhere.
+   */
+  podWrites?: OwnPodWrites;
 }
 
 /** One reconcile's state in the act step. */
@@ -315,6 +321,13 @@ export class Actor {
         });
         rejected.succeeded(key, "pod-create");
         created++;
+        if (made?.metadata?.uid) {
+          this.#d.podWrites?.created(
+            key,
+            { ...pod, metadata: { ...pod.metadata, ...made.metadata } },
+            this.#d.now(),
+          );
+        }
         ctx.logger.info("Created Pod", { pod: pod.metadata?.name, specHash: p.hash });
         events.record(as, {
           type: "Normal",
@@ -454,6 +467,7 @@ export class Actor {
     for (const { pod, why } of toDelete) {
       try {
         await this.deleteIgnoringNotFound("Pod", pod, signal);
+        this.#d.podWrites?.deleted(t.key, pod, this.#d.now());
         logger.info("Deleted Pod", { pod: pod.metadata?.name, reason: why });
         this.#d.events.record(as, {
           type: "Normal",

@@ -20,8 +20,10 @@
  *    (docs/scenarios.md S22); create, update or delete the Service; write status only when it
  *    changed (docs/scenarios.md S9).
  *
- * A stale cache may cost a retry, never a Pod: creates use slot names (AlreadyExists), deletes a
- * uid precondition, and before deleting any Pod the AppService is read from the API (not the
+ * The reconciler's own Pod writes count before the cache shows them (written.ts `OwnPodWrites`):
+ * a Pod it created stands in the view, one it deleted is seen terminating, so a reconcile that
+ * follows them at once does not repeat them. A stale cache may cost a retry, never a Pod: creates
+ * use slot names (AlreadyExists), deletes a uid precondition, and before deleting any Pod the AppService is read from the API (not the
  * cache); when its generation is newer than the cached one, nothing is deleted and the key is
  * retried until the cache catches up. An available Pod that goes within the availability budget
  * goes only when a list of the Pods from the API (a consistent read) plans the same deletion, so a
@@ -106,7 +108,7 @@ import { adoptablePods, nextStep, plan, podsToRelabel, type ReconcilePlan } from
 import { ORPHAN_INDEX, orphanKeys, SPEC_HASH_ANNOTATION } from "./pods.ts";
 import { RejectedWrites } from "./rejections.ts";
 import { type PodFailure, PodReplacements } from "./replacements.ts";
-import { statusWritten, WrittenVersions } from "./written.ts";
+import { OwnPodWrites, statusWritten, WrittenVersions } from "./written.ts";
 import { cleanupStatus, type FailedPod, reconcileStatus } from "./report.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import {
@@ -185,6 +187,8 @@ class AppServiceReconciler {
   #rejected: RejectedWrites;
   #replacements: PodReplacements;
   #written = new WrittenVersions<AppService>();
+  /** The Pods this reconciler created and deleted, until the cache shows those writes. */
+  #podWrites = new OwnPodWrites();
   /**
    * Per AppService key, the uid of the AppService last reconciled alive or in cleanup, until its
    * cleanup completed (or left the dependents to the garbage collector on purpose): a key whose
@@ -217,6 +221,7 @@ class AppServiceReconciler {
       rejected: this.#rejected,
       terminating: deps.terminating,
       now: this.#now,
+      podWrites: this.#podWrites,
     });
     // Orphans (--cascade=orphan) by the key of the AppService that may adopt them.
     deps.pods.addIndex(ORPHAN_INDEX, orphanKeys);
@@ -236,6 +241,7 @@ class AppServiceReconciler {
       this.#pdbResync.delete(key);
       this.#appliedPdb.delete(key);
       this.#written.forget(key);
+      this.#podWrites.forget(key);
       this.#seenCauses.delete(key);
       this.#heldStep.delete(key);
       this.#rejected.forget(key);
@@ -243,6 +249,7 @@ class AppServiceReconciler {
       return Reconcile.done;
     }
     if (as.metadata.deletionTimestamp) {
+      this.#podWrites.forget(key);
       this.#rejected.forget(key);
       this.#replacements.forget(key);
       this.#seenCauses.delete(key);
@@ -472,17 +479,24 @@ class AppServiceReconciler {
   }
 
   /** The plan of a living AppService, after adopting orphans and putting lost labels back. */
-  async #plan(t: Turn): Promise<{ p: ReconcilePlan; owned: Pod[]; failedPods: FailedPod[] }> {
+  async #plan(
+    t: Turn,
+  ): Promise<
+    { p: ReconcilePlan; owned: Pod[]; failedPods: FailedPod[]; podWritesExpireAtMs?: number }
+  > {
     const { key, as } = t;
     const deps = this.#deps;
-    const owned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
+    const cachedOwned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
     // Ownership first (client-go ControllerRefManager): orphans of this name with this
     // operator's labels (left by --cascade=orphan) are adopted; lost labels are put back.
     const orphans = adoptablePods(as, deps.pods.byIndex(ORPHAN_INDEX, key));
     if (orphans.length > 0 && await this.#act.canAdopt(t)) {
-      owned.push(...await this.#act.adoptPods(t, orphans));
+      cachedOwned.push(...await this.#act.adoptPods(t, orphans));
     }
-    for (const pod of podsToRelabel(as, owned)) await this.#act.restoreLabels(t, pod);
+    for (const pod of podsToRelabel(as, cachedOwned)) await this.#act.restoreLabels(t, pod);
+    // Its own creates and deletes the cache does not show yet (docs/scenarios.md S24).
+    const known = this.#podWrites.view(key, cachedOwned, this.#now());
+    const owned = known.pods;
     const generation = as.metadata.generation ?? 0;
     /** Failed Pods of the current spec: replaced when due (replacements.ts), reported meanwhile. */
     const failureOf = new Map<Pod, PodFailure>();
@@ -507,13 +521,13 @@ class AppServiceReconciler {
       pod: h.pod,
       failure: failureOf.get(h.pod)!,
     }));
-    return { p, owned, failedPods };
+    return { p, owned, failedPods, podWritesExpireAtMs: known.expiresAtMs };
   }
 
   /** Plan → act → status for a living AppService that carries the finalizer. */
   async #apply(t: Turn): Promise<ReconcileResult> {
     const { key, as, ctx } = t;
-    const { p, owned, failedPods } = await this.#plan(t);
+    const { p, owned, failedPods, podWritesExpireAtMs } = await this.#plan(t);
 
     // Act: creates first (surge), then deletes, the Service, the PodDisruptionBudget.
     const made = await this.#act.createPods(t, p);
@@ -579,7 +593,7 @@ class AppServiceReconciler {
     const next = nextStep({
       failures: t.failures,
       rejectedDelayMs: t.failures.length > 0 ? this.#rejected.nextDelayMs(key) : undefined,
-      wakeAtMs: Math.min(report.wakeAtMs, resyncAtMs),
+      wakeAtMs: Math.min(report.wakeAtMs, resyncAtMs, podWritesExpireAtMs ?? Infinity),
       statusDueAtMs,
       statusOutdated,
       nowMs: this.#now(),
