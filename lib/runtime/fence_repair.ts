@@ -26,7 +26,7 @@ import type { KubeClient, WriteFence } from "../kube/client.ts";
 import { type FencedError, isForbidden, isNotFound, refusingLease } from "../kube/errors.ts";
 import { LEASES } from "../kube/resources.ts";
 import { type Clock, realClock, sleepOn } from "./clock.ts";
-import { leaseDurationMs, runsOutAtMs, SeenLeases, stillRuns } from "./lease_expiry.ts";
+import { runsOutAtMs, SeenLeases } from "./lease_expiry.ts";
 import { errorText, type Logger } from "./log.ts";
 
 /** Options of {@link FenceRepair}. */
@@ -57,8 +57,11 @@ interface Suspect {
   readAtMs: number;
   /** Clock ms before which it is not read again. */
   dueMs: number;
-  /** The holder last warned about (once per holder). */
-  warnedHolder?: string;
+  /**
+   * What was last warned about, so each is said once: a live holder (by identity), or that this
+   * replica may not delete the Lease.
+   */
+  warned?: { holder: string } | "forbidden";
 }
 
 /**
@@ -229,12 +232,12 @@ export class FenceRepair {
       return "retry";
     }
     const now = this.#clock.now();
-    const holder = lease.spec?.holderIdentity ?? "";
     const rv = lease.metadata?.resourceVersion ?? "";
-    const record = this.#seen.see(name, rv, leaseDurationMs(lease, o.leaseDurationSeconds), now);
-    if (holder !== "" && stillRuns(record, now)) {
-      if (s.warnedHolder !== holder) {
-        s.warnedHolder = holder;
+    const { record, holder: live } = this.#seen.seeLease(lease, o.leaseDurationSeconds, now);
+    const holder = lease.spec?.holderIdentity ?? "";
+    if (live !== undefined) {
+      if (typeof s.warned !== "object" || s.warned.holder !== holder) {
+        s.warned = { holder };
         o.log.warn(
           "A Lease of another mode refuses this replica's writes, and its holder renews it: run one mode at a time",
           { lease: `${o.namespace}/${name}`, holder, shards: o.shards },
@@ -253,8 +256,8 @@ export class FenceRepair {
       if (isForbidden(err)) {
         // No delete permission (leader election alone needs none): say once what to do, and
         // try again only a lease duration later.
-        if (s.warnedHolder !== "\u0000forbidden") {
-          s.warnedHolder = "\u0000forbidden";
+        if (s.warned !== "forbidden") {
+          s.warned = "forbidden";
           o.log.warn(
             "A Lease of another mode refuses this replica's writes, and this replica may not delete it: delete it by hand",
             { lease: `${o.namespace}/${name}`, error: errorText(err) },

@@ -66,6 +66,31 @@ export class SeenLeases {
     return r;
   }
 
+  /**
+   * Records `lease` as seen at `nowMs` (ms) under its name, its record identified by `by` (its
+   * resourceVersion: any write is a new record; or its renewTime: only a renewal is) with the
+   * lease duration it names, else `defaultSeconds`.
+   * @returns the record, and the holder while the record still runs (undefined when the Lease has
+   *   no holder or its record ran out unchanged)
+   */
+  seeLease(
+    lease: Lease,
+    defaultSeconds: number,
+    nowMs: number,
+    by: "resourceVersion" | "renewTime" = "resourceVersion",
+  ): { record: SeenRecord; holder?: string } {
+    const key = (by === "renewTime" ? lease.spec?.renewTime : lease.metadata?.resourceVersion) ??
+      "";
+    const record = this.see(
+      lease.metadata?.name ?? "",
+      key,
+      leaseDurationMs(lease, defaultSeconds),
+      nowMs,
+    );
+    const holder = lease.spec?.holderIdentity ?? "";
+    return holder !== "" && stillRuns(record, nowMs) ? { record, holder } : { record };
+  }
+
   /** Forgets Lease `name` (deleted). */
   forget(name: string): void {
     this.#seen.delete(name);

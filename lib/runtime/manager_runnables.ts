@@ -24,7 +24,7 @@ import {
   serveRoutes,
 } from "./health.ts";
 import { FenceRepair, withRefusalRepair } from "./fence_repair.ts";
-import { leaseDurationMs, SeenLeases, stillRuns } from "./lease_expiry.ts";
+import { SeenLeases } from "./lease_expiry.ts";
 import type { HandoverReport } from "./handover.ts";
 import { LeaderElector, type LeadershipState, leaseAttemptTimeoutMs, type Term } from "./leader.ts";
 import { memberLabelValue, ShardLeaseSweeper } from "./shard_elector.ts";
@@ -479,16 +479,8 @@ export class Election implements Runnable {
     for (const l of list.items) {
       const name = l.metadata?.name ?? "";
       names.add(name);
-      const record = this.#shardRecords.see(
-        name,
-        l.metadata?.resourceVersion ?? "",
-        leaseDurationMs(l, o.leaseDurationSeconds),
-        now,
-      );
-      const holder = l.spec?.holderIdentity ?? "";
-      if (holder !== "" && stillRuns(record, now)) {
-        held ??= { lease: `${o.namespace}/${name}`, holder };
-      }
+      const { holder } = this.#shardRecords.seeLease(l, o.leaseDurationSeconds, now);
+      if (holder !== undefined) held ??= { lease: `${o.namespace}/${name}`, holder };
     }
     this.#shardRecords.keepOnly(names);
     if (held) {

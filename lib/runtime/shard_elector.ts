@@ -39,7 +39,7 @@ import {
   microTime,
   RETRY_JITTER,
 } from "./leader.ts";
-import { leaseDurationMs, SeenLeases, stillRuns } from "./lease_expiry.ts";
+import { SeenLeases } from "./lease_expiry.ts";
 import { errorText, type Logger } from "./log.ts";
 import type { ShardMetrics } from "./metrics.ts";
 import { fnv1a64, namespaceOfPath, shardOf } from "./shards.ts";
@@ -171,14 +171,8 @@ export class ShardLeaseSweeper {
       if (!/^(0|[1-9][0-9]*)$/.test(digits) || k < from) continue;
       seen.add(name);
       const rv = l.metadata?.resourceVersion;
-      const record = this.#seen.see(
-        name,
-        rv ?? "",
-        leaseDurationMs(l, o.leaseDurationSeconds),
-        now,
-      );
-      const holder = l.spec?.holderIdentity ?? "";
-      if (holder !== "" && stillRuns(record, now)) {
+      const { holder } = this.#seen.seeLease(l, o.leaseDurationSeconds, now);
+      if (holder !== undefined) {
         left++;
         if (!this.#warned.has(name)) {
           this.#warned.add(name);
@@ -576,14 +570,8 @@ export class ShardElector {
       return false;
     }
     const rv = lease.metadata?.resourceVersion ?? "";
-    const record = this.#oneLease.see(
-      o.id,
-      rv,
-      leaseDurationMs(lease, o.leaseDurationSeconds),
-      now,
-    );
-    const holder = lease.spec?.holderIdentity ?? "";
-    if (holder !== "" && stillRuns(record, now)) {
+    const { holder } = this.#oneLease.seeLease(lease, o.leaseDurationSeconds, now);
+    if (holder !== undefined) {
       if (!this.#oneWarned) {
         this.#oneWarned = true;
         o.log.warn(
@@ -673,14 +661,8 @@ export class ShardElector {
       const name = l.metadata?.name ?? "";
       if (l.metadata?.labels?.[SHARD_MEMBER_LABEL] !== value || name === own) continue;
       seen.add(name);
-      const record = this.#members.see(
-        name,
-        l.spec?.renewTime ?? "",
-        leaseDurationMs(l, o.leaseDurationSeconds),
-        now,
-      );
-      const holder = l.spec?.holderIdentity;
-      if (holder && holder !== o.identity && stillRuns(record, now)) {
+      const { holder } = this.#members.seeLease(l, o.leaseDurationSeconds, now, "renewTime");
+      if (holder !== undefined && holder !== o.identity) {
         live.push(holder);
         const count = Number(l.metadata?.annotations?.[SHARD_COUNT_ANNOTATION]);
         if (Number.isInteger(count) && count > 0) counts.set(holder, count);

@@ -2,6 +2,7 @@
  * lib/runtime/lease_expiry.ts: a Lease record runs out a lease duration after it was first seen
  * unchanged on this process's clock, whatever time it carries; a changed record starts again.
  */
+import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import { assert, assertEquals } from "../assert.ts";
 import {
   leaseDurationMs,
@@ -43,4 +44,25 @@ Deno.test("lease expiry: SeenLeases keeps each Lease's record and forgets those 
   assertEquals(runsOutAtMs(seen.see("b", "rv7", 10_000, 6_000)), 16_000);
   seen.forget("a");
   assertEquals(runsOutAtMs(seen.see("a", "rv1", 10_000, 7_000)), 17_000);
+});
+
+Deno.test("lease expiry: SeenLeases.seeLease gives the holder while the record runs, by resourceVersion or renewTime", () => {
+  const seen = new SeenLeases();
+  const lease = (rv: string, renewTime: string, holder = "a"): Lease => ({
+    metadata: { name: "l", resourceVersion: rv },
+    spec: { holderIdentity: holder, leaseDurationSeconds: 10, renewTime },
+  });
+  assertEquals(seen.seeLease(lease("1", "t1"), 15, 0).holder, "a");
+  assertEquals(seen.seeLease(lease("1", "t1"), 15, 9_999).holder, "a");
+  const out = seen.seeLease(lease("1", "t1"), 15, 10_000);
+  assertEquals(out.holder, undefined, "unchanged for a lease duration: ran out");
+  assertEquals(out.record.sinceMs, 0);
+  // A new resourceVersion is a new record; keyed by renewTime, only a renewal is.
+  assertEquals(seen.seeLease(lease("2", "t1"), 15, 10_000).holder, "a");
+  const byRenew = new SeenLeases();
+  byRenew.seeLease(lease("1", "t1"), 15, 0, "renewTime");
+  assertEquals(byRenew.seeLease(lease("2", "t1"), 15, 10_000, "renewTime").holder, undefined);
+  assertEquals(byRenew.seeLease(lease("3", "t2"), 15, 10_000, "renewTime").holder, "a");
+  // No holder: never live.
+  assertEquals(new SeenLeases().seeLease(lease("1", "t1", ""), 15, 0).holder, undefined);
 });
