@@ -74,7 +74,10 @@ export type PdbStep =
 export interface PlanInput {
   /** The AppService (living, with the finalizer). */
   appService: AppService;
-  /** Its owned Pods as cached (orphans just adopted included). */
+  /**
+   * Its owned Pods as cached (orphans just adopted included), with the reconciler's own Pod writes
+   * the cache does not show yet (written.ts `OwnPodWrites`).
+   */
   pods: Pod[];
   /** Its owned Service as cached, if any. */
   service?: Service;

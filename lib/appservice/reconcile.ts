@@ -20,12 +20,12 @@
  *    (docs/scenarios.md S22); create, update or delete the Service; write status only when it
  *    changed (docs/scenarios.md S9).
  *
- * The reconciler's own Pod writes count before the cache shows them (written.ts `OwnPodWrites`):
- * a Pod it created stands in the view, one it deleted is seen terminating, so a reconcile that
- * follows them at once does not repeat them. A stale cache may cost a retry, never a Pod: creates
- * use slot names (AlreadyExists), deletes a uid precondition, and before deleting any Pod the AppService is read from the API (not the
- * cache); when its generation is newer than the cached one, nothing is deleted and the key is
- * retried until the cache catches up. An available Pod that goes within the availability budget
+ * The reconciler's own Pod writes count before the cache shows them (written.ts `OwnPodWrites`,
+ * docs/scenarios.md S5): a Pod it created stands in the view, one it deleted is seen terminating,
+ * so a reconcile that follows them at once does not repeat them. A stale cache may cost a retry,
+ * never a Pod: creates use slot names (AlreadyExists), deletes a uid precondition, and before
+ * deleting any Pod the AppService is read from the API (not the cache); when its generation is
+ * newer than the cached one, nothing is deleted and the key is retried until the cache catches up. An available Pod that goes within the availability budget
  * goes only when a list of the Pods from the API (a consistent read) plans the same deletion, so a
  * Pod that stopped being Ready since the cache saw it is not counted as serving. The AppService is
  * read from the API at most once per reconcile (act.ts `Actor.live`; the answer to the finalizer
@@ -225,6 +225,12 @@ class AppServiceReconciler {
     });
     // Orphans (--cascade=orphan) by the key of the AppService that may adopt them.
     deps.pods.addIndex(ORPHAN_INDEX, orphanKeys);
+    // The cache's events end the records of this reconciler's own Pod writes (written.ts).
+    deps.pods.addHandler({
+      add: (pod) => this.#podWrites.observed(pod, false),
+      update: (_, pod) => this.#podWrites.observed(pod, false),
+      delete: (pod) => this.#podWrites.observed(pod, true),
+    });
     deps.services.addIndex(ORPHAN_INDEX, orphanKeys);
   }
 
@@ -493,10 +499,10 @@ class AppServiceReconciler {
     if (orphans.length > 0 && await this.#act.canAdopt(t)) {
       cachedOwned.push(...await this.#act.adoptPods(t, orphans));
     }
-    for (const pod of podsToRelabel(as, cachedOwned)) await this.#act.restoreLabels(t, pod);
-    // Its own creates and deletes the cache does not show yet (docs/scenarios.md S24).
-    const known = this.#podWrites.view(key, cachedOwned, this.#now());
+    // With its own creates and deletes the cache does not show yet (docs/scenarios.md S5).
+    const known = this.#podWrites.view(key, as.metadata.uid!, cachedOwned, this.#now());
     const owned = known.pods;
+    for (const pod of podsToRelabel(as, owned)) await this.#act.restoreLabels(t, pod);
     const generation = as.metadata.generation ?? 0;
     /** Failed Pods of the current spec: replaced when due (replacements.ts), reported meanwhile. */
     const failureOf = new Map<Pod, PodFailure>();
@@ -540,7 +546,7 @@ class AppServiceReconciler {
     if (appliedPdb) this.#appliedPdb.set(key, { pdb: appliedPdb, atMs: this.#now() });
     const resyncAtMs = await this.#resyncPdb(t);
 
-    // Status, once, from the cache's view before this round's writes (their watch events follow).
+    // Status, once, from the view before this round's writes (their watch events follow).
     const nowMs = this.#now();
     const report = reconcileStatus({
       as,

@@ -120,7 +120,10 @@ function withConditions(
 export interface StatusInput {
   /** The AppService as the reconcile saw it. */
   as: AppService;
-  /** Its owned Pods as cached (terminating ones included). */
+  /**
+   * Its owned Pods as cached (terminating ones included), with the reconciler's own Pod writes the
+   * cache does not show yet (written.ts `OwnPodWrites`).
+   */
   owned: Pod[];
   /** The rollout plan made from them. */
   plan: RolloutPlan;

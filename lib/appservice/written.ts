@@ -3,7 +3,7 @@
  * a reconcile that follows the reconciler's own write starts from the object the apiserver
  * answered, not from the cached version that write replaced (docs/design/status.md), and from
  * the Pods it created and deleted, not from a cache that does not show those writes yet
- * ({@link OwnPodWrites}).
+ * ({@link OwnPodWrites}; docs/scenarios.md S5).
  *
  * @module
  */
@@ -57,8 +57,10 @@ export function statusWritten(
 /**
  * How long the apiserver's answer to a Pod create or delete by this reconciler stands for the Pod
  * while the cache does not show that write (ms): far longer than a watch event takes, short enough
- * that a Pod removed by someone else before the cache saw it (a relist in between drops both of
- * its events) is made again soon.
+ * that a Pod whose events the cache never gets (created and removed by someone else while the
+ * watch was down: the relist shows neither) is made again soon. Below status.ts
+ * `TERMINATING_STUCK_AFTER_MS`, so the deletionTimestamp a delete record gives a Pod (the time of
+ * the delete) never makes it look stuck terminating.
  */
 export const POD_WRITE_TRUST_MS = 10_000;
 
@@ -76,83 +78,132 @@ interface PodWrite {
  * the write (at most {@link POD_WRITE_TRUST_MS}): the reconcile that follows a create before the
  * Pod's watch event sees the Pod (so it does not create it again, which the apiserver would refuse
  * with AlreadyExists: a wasted write), and the one that follows a delete sees that Pod going
- * (rollout.ts `planRollout` counts it as terminating, not as available). This is client-go's
- * ControllerExpectations for the ReplicaSet controller, keeping the answered objects rather than
- * counts; controller-runtime leaves it to each reconciler.
+ * (rollout.ts `planRollout` counts it as terminating, not as available, and keeps its slot). This
+ * is what client-go's ReplicaSet controller keeps as ControllerExpectations (counts of expected
+ * creates and deletes), keeping the answered objects instead; controller-runtime leaves it to each
+ * reconciler.
  *
- * A record ends when the cache shows the write (a Pod of that name for a create; that uid with a
- * deletionTimestamp, or gone, for a delete), when it is older than {@link POD_WRITE_TRUST_MS}, or
- * with {@link OwnPodWrites.forget}. Memory: one Pod object per write not yet seen.
+ * Records end by the cache's events ({@link OwnPodWrites.observed}, from the Pod informer's
+ * handler): a create record at any event of its Pod's uid, a delete record when the cache shows
+ * that uid with a deletionTimestamp or removes it. They also end after
+ * {@link POD_WRITE_TRUST_MS}, when a Pod of the name with another uid shows the write is past, and
+ * with {@link OwnPodWrites.forget}. A key never reconciled again keeps its records until its Pods'
+ * events end them. Memory: one Pod object per write not yet seen.
  */
 export class OwnPodWrites {
+  /** Records by AppService key, then by Pod name. */
   #m = new Map<string, Map<string, PodWrite>>();
+  /** The AppService key of each recorded Pod uid. */
+  #keyOf = new Map<string, string>();
 
   /** Notes that the reconciler of `key` created `pod` (its metadata as the apiserver answered). */
   created(key: string, pod: Pod, atMs: number): void {
     this.#note(key, { kind: "created", pod, atMs });
   }
 
-  /** Notes that the reconciler of `key` deleted `pod` (uid precondition) at `atMs`. */
+  /**
+   * Notes that the reconciler of `key` deleted `pod` (uid precondition) at `atMs`; it replaces a
+   * create record of that Pod (created and deleted before the cache showed it).
+   */
   deleted(key: string, pod: Pod, atMs: number): void {
     this.#note(key, { kind: "deleted", pod, atMs });
   }
 
   #note(key: string, w: PodWrite): void {
     const name = w.pod.metadata?.name;
-    if (!name) return;
+    const uid = w.pod.metadata?.uid;
+    if (!name || !uid) return;
     let m = this.#m.get(key);
     if (!m) this.#m.set(key, m = new Map());
+    const before = m.get(name)?.pod.metadata?.uid;
+    if (before) this.#keyOf.delete(before);
     m.set(name, w);
+    this.#keyOf.set(uid, key);
+  }
+
+  #drop(key: string, m: Map<string, PodWrite>, name: string): void {
+    const uid = m.get(name)?.pod.metadata?.uid;
+    if (uid) this.#keyOf.delete(uid);
+    m.delete(name);
+    if (m.size === 0) this.#m.delete(key);
   }
 
   /**
-   * The Pods of `key` as the reconciler knows them: `cached` (its owned Pods from the cache) with
-   * the Pods it created and the cache does not show yet added, and those it deleted and the cache
-   * still shows alive given a deletionTimestamp (the time of the delete). Records the cache has
-   * caught up with, or older than {@link POD_WRITE_TRUST_MS}, are dropped.
+   * What the cache showed of a Pod (the Pod informer's handler): `pod` added or changed, or with
+   * `gone` removed. Ends the record of that uid the event proves seen (see the class doc).
+   */
+  observed(pod: Pod, gone: boolean): void {
+    const uid = pod.metadata?.uid;
+    const key = uid && this.#keyOf.get(uid);
+    if (!key) return;
+    const m = this.#m.get(key);
+    const name = pod.metadata?.name ?? "";
+    const w = m?.get(name);
+    if (!m || !w || w.pod.metadata?.uid !== uid) return;
+    if (w.kind === "created" || gone || pod.metadata?.deletionTimestamp) this.#drop(key, m, name);
+  }
+
+  /**
+   * The Pods of `key` as the reconciler knows them: `cached` (the owned Pods of the AppService of
+   * uid `ownerUid` from the cache) with, for records of Pods that AppService controls, the Pods
+   * it created added (unless a Pod of that name is cached: the one before it, whose removal the
+   * cache has not shown, holds the slot), and those it deleted given a deletionTimestamp (the time
+   * of the delete): replaced when cached alive, added when not cached (created and deleted before
+   * the cache showed it). Expired records and those of another owner are dropped.
    * @returns the Pods (`cached` itself when no record applies) and, when a record was used, when
    *   the earliest used one expires (ms): the reconcile should run again by then, in case the
    *   cache never shows the write
    */
-  view(key: string, cached: Pod[], nowMs: number): { pods: Pod[]; expiresAtMs?: number } {
+  view(
+    key: string,
+    ownerUid: string,
+    cached: Pod[],
+    nowMs: number,
+  ): { pods: Pod[]; expiresAtMs?: number } {
     const m = this.#m.get(key);
     if (!m) return { pods: cached };
     const byName = new Map<string, Pod>();
     for (const p of cached) if (p.metadata?.name) byName.set(p.metadata.name, p);
     let pods = cached;
     let expiresAtMs: number | undefined;
-    for (const [name, w] of m) {
+    for (const [name, w] of [...m]) {
+      const uid = w.pod.metadata?.uid;
       const seen = byName.get(name);
-      const expired = nowMs - w.atMs >= POD_WRITE_TRUST_MS;
-      const same = seen !== undefined && seen.metadata?.uid === w.pod.metadata?.uid;
-      const shown = w.kind === "created" ? same : !same || !!seen!.metadata?.deletionTimestamp;
-      if (shown || expired) {
-        m.delete(name);
+      const other = seen !== undefined && seen.metadata?.uid !== uid;
+      const owned = w.pod.metadata?.ownerReferences?.some((r) =>
+        r.controller && r.uid === ownerUid
+      );
+      // Shown by the cache (normally ended by `observed` already), past, or another owner's.
+      const shown = seen !== undefined && !other &&
+        (w.kind === "created" || !!seen.metadata?.deletionTimestamp);
+      const past = w.kind === "deleted" && other;
+      if (nowMs - w.atMs >= POD_WRITE_TRUST_MS || !owned || shown || past) {
+        this.#drop(key, m, name);
         continue;
       }
       if (w.kind === "created") {
-        // A Pod of that name still cached (the one before it, its delete not seen yet) holds
-        // the slot as well; the created one is added once that is gone from the cache.
         if (seen) continue;
         if (pods === cached) pods = [...cached];
         pods.push(w.pod);
       } else {
-        if (pods === cached) pods = [...cached];
-        const i = pods.indexOf(seen!);
-        pods[i] = {
-          ...seen!,
-          metadata: { ...seen!.metadata, deletionTimestamp: new Date(w.atMs).toISOString() },
+        const base = seen ?? w.pod;
+        const going: Pod = {
+          ...base,
+          metadata: { ...base.metadata, deletionTimestamp: new Date(w.atMs).toISOString() },
         };
+        if (pods === cached) pods = [...cached];
+        if (seen) pods[pods.indexOf(seen)] = going;
+        else pods.push(going);
       }
-      const at = w.atMs + POD_WRITE_TRUST_MS;
-      expiresAtMs = Math.min(expiresAtMs ?? Infinity, at);
+      expiresAtMs = Math.min(expiresAtMs ?? Infinity, w.atMs + POD_WRITE_TRUST_MS);
     }
-    if (m.size === 0) this.#m.delete(key);
     return { pods, expiresAtMs };
   }
 
   /** Forgets the key (its AppService is gone or being deleted). */
   forget(key: string): void {
+    const m = this.#m.get(key);
+    for (const w of m?.values() ?? []) this.#keyOf.delete(w.pod.metadata?.uid ?? "");
     this.#m.delete(key);
   }
 
