@@ -196,12 +196,15 @@ export class Actor {
     return { reason, message: r.message, rejected: true, held: true };
   }
 
-  /** Deletes `obj` with its uid as a precondition; gone or replaced meanwhile is no error. */
+  /**
+   * Deletes `obj` with its uid as a precondition; gone or replaced meanwhile is no error.
+   * @returns true when this delete went through, false when it was already gone or replaced
+   */
   async deleteIgnoringNotFound(
     kind: "Pod" | "Service" | "PodDisruptionBudget",
     obj: Pod | Service | PodDisruptionBudget,
     signal: AbortSignal,
-  ): Promise<void> {
+  ): Promise<boolean> {
     const rt = kind === "Pod" ? PODS : kind === "Service" ? SERVICES : PODDISRUPTIONBUDGETS;
     try {
       await this.#d.client.delete(rt, obj.metadata!.name!, {
@@ -210,9 +213,10 @@ export class Actor {
         signal,
         response: "none",
       });
+      return true;
     } catch (err) {
       // Already gone, or replaced by another object of that name (uid precondition: 409).
-      if (isNotFound(err) || (err instanceof ApiError && err.code === 409)) return;
+      if (isNotFound(err) || (err instanceof ApiError && err.code === 409)) return false;
       throw err;
     }
   }
@@ -313,7 +317,7 @@ export class Actor {
     for (const slot of p.create) {
       const pod = desiredPod(as, slot, p.hash);
       try {
-        // Only the uid of the answer is read.
+        // Only the answer's metadata is read (its uid, for the Event and the record).
         const made = await client.create<Pod>(PODS, pod, {
           fieldManager: FIELD_MANAGER,
           signal: ctx.signal,
@@ -322,9 +326,10 @@ export class Actor {
         rejected.succeeded(key, "pod-create");
         created++;
         if (made?.metadata?.uid) {
+          const { managedFields: _, ...answered } = made.metadata;
           this.#d.podWrites?.created(
             key,
-            { ...pod, metadata: { ...pod.metadata, ...made.metadata } },
+            { ...pod, metadata: { ...pod.metadata, ...answered } },
             this.#d.now(),
           );
         }
@@ -466,8 +471,9 @@ export class Actor {
     }
     for (const { pod, why } of toDelete) {
       try {
-        await this.deleteIgnoringNotFound("Pod", pod, signal);
-        this.#d.podWrites?.deleted(t.key, pod, this.#d.now());
+        if (await this.deleteIgnoringNotFound("Pod", pod, signal)) {
+          this.#d.podWrites?.deleted(t.key, pod, this.#d.now());
+        }
         logger.info("Deleted Pod", { pod: pod.metadata?.name, reason: why });
         this.#d.events.record(as, {
           type: "Normal",

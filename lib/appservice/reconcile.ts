@@ -188,7 +188,7 @@ class AppServiceReconciler {
   #replacements: PodReplacements;
   #written = new WrittenVersions<AppService>();
   /** The Pods this reconciler created and deleted, until the cache shows those writes. */
-  #podWrites = new OwnPodWrites();
+  #podWrites: OwnPodWrites;
   /**
    * Per AppService key, the uid of the AppService last reconciled alive or in cleanup, until its
    * cleanup completed (or left the dependents to the garbage collector on purpose): a key whose
@@ -215,6 +215,7 @@ class AppServiceReconciler {
     this.#now = deps.now ?? Date.now;
     this.#rejected = deps.rejected ?? new RejectedWrites(this.#now);
     this.#replacements = new PodReplacements(this.#now);
+    this.#podWrites = new OwnPodWrites(this.#now);
     this.#act = new Actor({
       client: deps.client,
       events: deps.events,

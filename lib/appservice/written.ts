@@ -58,11 +58,15 @@ export function statusWritten(
  * How long the apiserver's answer to a Pod create or delete by this reconciler stands for the Pod
  * while the cache does not show that write (ms): far longer than a watch event takes, short enough
  * that a Pod whose events the cache never gets (created and removed by someone else while the
- * watch was down: the relist shows neither) is made again soon. Below status.ts
+ * watch was down: the relist shows neither) no longer holds its slot at the next reconcile of the
+ * key. Below status.ts
  * `TERMINATING_STUCK_AFTER_MS`, so the deletionTimestamp a delete record gives a Pod (the time of
  * the delete) never makes it look stuck terminating.
  */
 export const POD_WRITE_TRUST_MS = 10_000;
+
+/** Every this many writes noted, expired records of all keys are swept. */
+const SWEEP_EVERY_WRITES = 256;
 
 /** One Pod write of the reconciler that its cache may not show yet. */
 interface PodWrite {
@@ -87,14 +91,27 @@ interface PodWrite {
  * handler): a create record at any event of its Pod's uid, a delete record when the cache shows
  * that uid with a deletionTimestamp or removes it. They also end after
  * {@link POD_WRITE_TRUST_MS}, when a Pod of the name with another uid shows the write is past, and
- * with {@link OwnPodWrites.forget}. A key never reconciled again keeps its records until its Pods'
- * events end them. Memory: one Pod object per write not yet seen.
+ * with {@link OwnPodWrites.forget}; expired records of keys no longer reconciled here (a shard
+ * given away) are swept as new ones are noted. A delete whose Pod the cache already showed removed
+ * (its DELETED event handled before the delete's answer came back) is not recorded. Memory: one
+ * Pod object per write not yet seen, and the uid of each Pod removed in the last
+ * {@link POD_WRITE_TRUST_MS}.
  */
 export class OwnPodWrites {
   /** Records by AppService key, then by Pod name. */
   #m = new Map<string, Map<string, PodWrite>>();
   /** The AppService key of each recorded Pod uid. */
   #keyOf = new Map<string, string>();
+  /** Uids of Pods the cache showed removed, with when (ms), oldest first. */
+  #gone = new Map<string, number>();
+  /** Writes noted since the last sweep of expired records. */
+  #sinceSweep = 0;
+  readonly #now: () => number;
+
+  /** @param now the clock (ms) of the cache's events; the writes' times are given with each */
+  constructor(now: () => number = Date.now) {
+    this.#now = now;
+  }
 
   /** Notes that the reconciler of `key` created `pod` (its metadata as the apiserver answered). */
   created(key: string, pod: Pod, atMs: number): void {
@@ -102,8 +119,9 @@ export class OwnPodWrites {
   }
 
   /**
-   * Notes that the reconciler of `key` deleted `pod` (uid precondition) at `atMs`; it replaces a
-   * create record of that Pod (created and deleted before the cache showed it).
+   * Notes that the reconciler of `key` deleted `pod` (uid precondition; the delete went through)
+   * at `atMs`; it replaces a create record of that Pod (created and deleted before the cache showed
+   * it). Not noted when the cache has already shown the Pod removed.
    */
   deleted(key: string, pod: Pod, atMs: number): void {
     this.#note(key, { kind: "deleted", pod, atMs });
@@ -112,13 +130,32 @@ export class OwnPodWrites {
   #note(key: string, w: PodWrite): void {
     const name = w.pod.metadata?.name;
     const uid = w.pod.metadata?.uid;
-    if (!name || !uid) return;
+    if (++this.#sinceSweep >= SWEEP_EVERY_WRITES) this.#sweep(w.atMs);
+    if (!name || !uid || (w.kind === "deleted" && this.#gone.has(uid))) return;
     let m = this.#m.get(key);
     if (!m) this.#m.set(key, m = new Map());
     const before = m.get(name)?.pod.metadata?.uid;
     if (before) this.#keyOf.delete(before);
     m.set(name, w);
     this.#keyOf.set(uid, key);
+  }
+
+  /** Drops expired records of every key, and removals older than {@link POD_WRITE_TRUST_MS}. */
+  #sweep(nowMs: number): void {
+    this.#sinceSweep = 0;
+    for (const [key, m] of [...this.#m]) {
+      for (const [name, w] of [...m]) {
+        if (nowMs - w.atMs >= POD_WRITE_TRUST_MS) this.#drop(key, m, name);
+      }
+    }
+    this.#pruneGone(nowMs);
+  }
+
+  #pruneGone(nowMs: number): void {
+    for (const [uid, at] of this.#gone) {
+      if (nowMs - at < POD_WRITE_TRUST_MS) break;
+      this.#gone.delete(uid);
+    }
   }
 
   #drop(key: string, m: Map<string, PodWrite>, name: string): void {
@@ -134,6 +171,11 @@ export class OwnPodWrites {
    */
   observed(pod: Pod, gone: boolean): void {
     const uid = pod.metadata?.uid;
+    if (uid && gone) {
+      const nowMs = this.#now();
+      this.#pruneGone(nowMs);
+      this.#gone.set(uid, nowMs);
+    }
     const key = uid && this.#keyOf.get(uid);
     if (!key) return;
     const m = this.#m.get(key);

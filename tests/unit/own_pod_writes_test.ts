@@ -163,3 +163,29 @@ Deno.test("OwnPodWrites: records expire after POD_WRITE_TRUST_MS; forget drops a
   w.observed(pod("a-0", "u0"), true);
   assertEquals(w.size, 1);
 });
+
+Deno.test("OwnPodWrites: a delete answered after the cache showed the Pod removed is not recorded", () => {
+  let now = 0;
+  const w = new OwnPodWrites(() => now);
+  const a0 = pod("a-0", "u0");
+  // An unscheduled Pod goes at once: its DELETED event is handled before the delete's answer.
+  w.observed(a0, true);
+  w.deleted("ns/a", a0, 1);
+  assertEquals(w.size, 0);
+  assertEquals(w.view("ns/a", OWNER, [], 2).pods, [], "the slot is free at once");
+  // The memory of removals lasts POD_WRITE_TRUST_MS.
+  now = POD_WRITE_TRUST_MS;
+  w.observed(pod("a-1", "u1"), true);
+  w.deleted("ns/a", a0, now);
+  assertEquals(w.size, 1, "an old removal no longer counts");
+});
+
+Deno.test("OwnPodWrites: expired records of keys not reconciled again are swept as writes are noted", () => {
+  const w = new OwnPodWrites(() => 0);
+  w.created("ns/gone-away", pod("x-0", "ux"), 0);
+  for (let i = 0; i < 300; i++) {
+    w.created(`ns/k${i}`, pod(`k${i}-0`, `u${i}`), POD_WRITE_TRUST_MS + i);
+  }
+  // ns/gone-away was never viewed again, yet its record was swept.
+  assertEquals(w.size, 300);
+});
