@@ -25,9 +25,10 @@
  * so a reconcile that follows them at once does not repeat them. A stale cache may cost a retry,
  * never a Pod: creates use slot names (AlreadyExists), deletes a uid precondition, and before
  * deleting any Pod the AppService is read from the API (not the cache); when its generation is
- * newer than the cached one, nothing is deleted and the key is retried until the cache catches up. An available Pod that goes within the availability budget
- * goes only when a list of the Pods from the API (a consistent read) plans the same deletion, so a
- * Pod that stopped being Ready since the cache saw it is not counted as serving. The AppService is
+ * newer than the cached one, nothing is deleted and the key is retried until the cache catches up.
+ * An available Pod that goes within the availability budget goes only when a list of the Pods from
+ * the API (a consistent read) plans the same deletion, so a Pod that stopped being Ready since the
+ * cache saw it is not counted as serving. The AppService is
  * read from the API at most once per reconcile (act.ts `Actor.live`; the answer to the finalizer
  * patch stands for it).
  *
@@ -93,7 +94,12 @@ import type { PodDisruptionBudget } from "kubernetes-types/policy/v1.d.ts";
 import type { KubeClient } from "../kube/client.ts";
 import { isConflict, isNotFound } from "../kube/errors.ts";
 import { PODDISRUPTIONBUDGETS } from "../kube/resources.ts";
-import { Reconcile, type ReconcileContext, type ReconcileResult } from "../runtime/controller.ts";
+import {
+  controllerOwnerKeys,
+  Reconcile,
+  type ReconcileContext,
+  type ReconcileResult,
+} from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
 import { finalizer } from "../runtime/finalizer.ts";
 import { errorText } from "../runtime/log.ts";
@@ -173,6 +179,9 @@ export function appServiceReconciler(
  */
 const APPLIED_PDB_TRUST_MS = 10_000;
 
+/** The key of a Pod's controlling AppService (none for another controller's or none). */
+const appServiceKeyOf = controllerOwnerKeys(APPSERVICES);
+
 /** The reconciler's state between reconciles, and its steps (see the module doc). */
 class AppServiceReconciler {
   #deps: ReconcilerDeps;
@@ -227,10 +236,11 @@ class AppServiceReconciler {
     // Orphans (--cascade=orphan) by the key of the AppService that may adopt them.
     deps.pods.addIndex(ORPHAN_INDEX, orphanKeys);
     // The cache's events end the records of this reconciler's own Pod writes (written.ts).
+    const ownerKey = (pod: Pod) => appServiceKeyOf(pod)[0];
     deps.pods.addHandler({
-      add: (pod) => this.#podWrites.observed(pod, false),
-      update: (_, pod) => this.#podWrites.observed(pod, false),
-      delete: (pod) => this.#podWrites.observed(pod, true),
+      add: (pod) => this.#podWrites.observed(ownerKey(pod), pod, false),
+      update: (_, pod) => this.#podWrites.observed(ownerKey(pod), pod, false),
+      delete: (pod) => this.#podWrites.observed(ownerKey(pod), pod, true),
     });
     deps.services.addIndex(ORPHAN_INDEX, orphanKeys);
   }

@@ -10,6 +10,7 @@
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
 import type { ObjectMeta } from "kubernetes-types/meta/v1.d.ts";
 import type { AppService } from "./schema.ts";
+import { isControlledBy } from "../runtime/ownership.ts";
 import { WrittenVersions } from "../runtime/written.ts";
 
 export { WrittenVersions };
@@ -59,9 +60,8 @@ export function statusWritten(
  * while the cache does not show that write (ms): far longer than a watch event takes, short enough
  * that a Pod whose events the cache never gets (created and removed by someone else while the
  * watch was down: the relist shows neither) no longer holds its slot at the next reconcile of the
- * key. Below status.ts
- * `TERMINATING_STUCK_AFTER_MS`, so the deletionTimestamp a delete record gives a Pod (the time of
- * the delete) never makes it look stuck terminating.
+ * key. Below status.ts `TERMINATING_STUCK_AFTER_MS`, so the deletionTimestamp a delete record
+ * gives a Pod (the time of the delete) never makes it look stuck terminating.
  */
 export const POD_WRITE_TRUST_MS = 10_000;
 
@@ -100,8 +100,6 @@ interface PodWrite {
 export class OwnPodWrites {
   /** Records by AppService key, then by Pod name. */
   #m = new Map<string, Map<string, PodWrite>>();
-  /** The AppService key of each recorded Pod uid. */
-  #keyOf = new Map<string, string>();
   /** Uids of Pods the cache showed removed, with when (ms), oldest first. */
   #gone = new Map<string, number>();
   /** Writes noted since the last sweep of expired records. */
@@ -134,10 +132,7 @@ export class OwnPodWrites {
     if (!name || !uid || (w.kind === "deleted" && this.#gone.has(uid))) return;
     let m = this.#m.get(key);
     if (!m) this.#m.set(key, m = new Map());
-    const before = m.get(name)?.pod.metadata?.uid;
-    if (before) this.#keyOf.delete(before);
     m.set(name, w);
-    this.#keyOf.set(uid, key);
   }
 
   /** Drops expired records of every key, and removals older than {@link POD_WRITE_TRUST_MS}. */
@@ -159,30 +154,27 @@ export class OwnPodWrites {
   }
 
   #drop(key: string, m: Map<string, PodWrite>, name: string): void {
-    const uid = m.get(name)?.pod.metadata?.uid;
-    if (uid) this.#keyOf.delete(uid);
     m.delete(name);
     if (m.size === 0) this.#m.delete(key);
   }
 
   /**
    * What the cache showed of a Pod (the Pod informer's handler): `pod` added or changed, or with
-   * `gone` removed. Ends the record of that uid the event proves seen (see the class doc).
+   * `gone` removed; `key` is its controller's key (undefined without one). Ends the record of that
+   * uid the event proves seen (see the class doc).
    */
-  observed(pod: Pod, gone: boolean): void {
+  observed(key: string | undefined, pod: Pod, gone: boolean): void {
     const uid = pod.metadata?.uid;
     if (uid && gone) {
       const nowMs = this.#now();
       this.#pruneGone(nowMs);
       this.#gone.set(uid, nowMs);
     }
-    const key = uid && this.#keyOf.get(uid);
-    if (!key) return;
-    const m = this.#m.get(key);
+    const m = key === undefined ? undefined : this.#m.get(key);
     const name = pod.metadata?.name ?? "";
     const w = m?.get(name);
     if (!m || !w || w.pod.metadata?.uid !== uid) return;
-    if (w.kind === "created" || gone || pod.metadata?.deletionTimestamp) this.#drop(key, m, name);
+    if (w.kind === "created" || gone || pod.metadata?.deletionTimestamp) this.#drop(key!, m, name);
   }
 
   /**
@@ -212,9 +204,7 @@ export class OwnPodWrites {
       const uid = w.pod.metadata?.uid;
       const seen = byName.get(name);
       const other = seen !== undefined && seen.metadata?.uid !== uid;
-      const owned = w.pod.metadata?.ownerReferences?.some((r) =>
-        r.controller && r.uid === ownerUid
-      );
+      const owned = isControlledBy(w.pod, ownerUid);
       // Shown by the cache (normally ended by `observed` already), past, or another owner's.
       const shown = seen !== undefined && !other &&
         (w.kind === "created" || !!seen.metadata?.deletionTimestamp);
@@ -244,8 +234,6 @@ export class OwnPodWrites {
 
   /** Forgets the key (its AppService is gone or being deleted). */
   forget(key: string): void {
-    const m = this.#m.get(key);
-    for (const w of m?.values() ?? []) this.#keyOf.delete(w.pod.metadata?.uid ?? "");
     this.#m.delete(key);
   }
 

@@ -233,9 +233,8 @@ export class FenceRepair {
     }
     const now = this.#clock.now();
     const rv = lease.metadata?.resourceVersion ?? "";
-    const { record, holder: live } = this.#seen.seeLease(lease, o.leaseDurationSeconds, now);
-    const holder = lease.spec?.holderIdentity ?? "";
-    if (live !== undefined) {
+    const { record, holder } = this.#seen.seeLease(lease, o.leaseDurationSeconds, now);
+    if (holder !== undefined) {
       if (typeof s.warned !== "object" || s.warned.holder !== holder) {
         s.warned = { holder };
         o.log.warn(
@@ -273,7 +272,7 @@ export class FenceRepair {
     }
     o.log.info("Deleted a Lease of another mode that refused this replica's writes", {
       lease: `${o.namespace}/${name}`,
-      formerHolder: holder,
+      formerHolder: lease.spec?.holderIdentity ?? "",
       shards: o.shards,
     });
     return "gone";

@@ -58,7 +58,7 @@ Deno.test("OwnPodWrites: a created Pod stands in the view until the cache shows 
   assertEquals(v.expiresAtMs, 1_000 + POD_WRITE_TRUST_MS);
   // The cache's add event ends the record: the cache's own object is used from then on.
   const seen = pod("a-1", "u1");
-  w.observed(seen, false);
+  w.observed("ns/a", seen, false);
   assertEquals(w.size, 0);
   assertEquals(w.view("ns/a", OWNER, [a0, seen], 2_000), { pods: [a0, seen] });
   // Without the event, a cached Pod of its uid ends it too.
@@ -73,8 +73,8 @@ Deno.test("OwnPodWrites: the add and a removal by someone else both seen between
   const w = new OwnPodWrites();
   const a0 = pod("a-0", "u0");
   w.created("ns/a", a0, 0);
-  w.observed(a0, false);
-  w.observed(a0, true);
+  w.observed("ns/a", a0, false);
+  w.observed("ns/a", a0, true);
   assertEquals(w.view("ns/a", OWNER, [], 500).pods, []);
   assertEquals(
     planRollout({ ...params, replicas: 1 }, "h1", "a", [], "Always", 500, () => Infinity).create,
@@ -102,11 +102,11 @@ Deno.test("OwnPodWrites: a deleted Pod the cache shows alive is seen going, unti
   assertEquals(v.pods[0].metadata!.deletionTimestamp, new Date(5_000).toISOString());
   assert(a0.metadata!.deletionTimestamp === undefined, "the cache's object is not changed");
   // An update without a deletionTimestamp (e.g. a status change) does not end it.
-  w.observed(a0, false);
+  w.observed("ns/a", a0, false);
   assertEquals(names(w.view("ns/a", OWNER, [a0], 5_002).pods), ["a-0/u0(T)"]);
   // The update that carries the deletionTimestamp does.
   const going = pod("a-0", "u0", { del: "2026-01-01T00:00:00Z" });
-  w.observed(going, false);
+  w.observed("ns/a", going, false);
   assertEquals(w.size, 0);
   assertEquals(w.view("ns/a", OWNER, [going], 5_003).pods, [going]);
   // A new Pod of that name (another uid) shows the delete is past.
@@ -132,12 +132,12 @@ Deno.test("OwnPodWrites: created and deleted before the cache saw either: the sl
   assertEquals(names(v.pods), ["a-0/u0", "a-1/u1", "a-2/u2(T)"]);
   assertEquals(planOf(v.pods, "h2", 30).create.includes(2), false, "no create into slot 2");
   // The cache then shows its add (no deletionTimestamp yet): still going, not deleted again.
-  w.observed(a2, false);
+  w.observed("ns/a", a2, false);
   v = w.view("ns/a", OWNER, [...cache, a2], 40);
   assertEquals(names(v.pods), ["a-0/u0", "a-1/u1", "a-2/u2(T)"]);
   assertEquals(planOf(v.pods, "h2", 40).delete.map((d) => d.pod.metadata!.name), []);
   // Its removal seen: the record ends.
-  w.observed(a2, true);
+  w.observed("ns/a", a2, true);
   assertEquals(w.size, 0);
 });
 
@@ -160,7 +160,7 @@ Deno.test("OwnPodWrites: records expire after POD_WRITE_TRUST_MS; forget drops a
   assertEquals(w.view("ns/a", OWNER, [], 1).pods, []);
   assertEquals(w.view("ns/b", OWNER, [], 1).pods.length, 1, "other keys kept");
   // A forgotten key's Pod events touch nothing.
-  w.observed(pod("a-0", "u0"), true);
+  w.observed("ns/a", pod("a-0", "u0"), true);
   assertEquals(w.size, 1);
 });
 
@@ -169,13 +169,13 @@ Deno.test("OwnPodWrites: a delete answered after the cache showed the Pod remove
   const w = new OwnPodWrites(() => now);
   const a0 = pod("a-0", "u0");
   // An unscheduled Pod goes at once: its DELETED event is handled before the delete's answer.
-  w.observed(a0, true);
+  w.observed("ns/a", a0, true);
   w.deleted("ns/a", a0, 1);
   assertEquals(w.size, 0);
   assertEquals(w.view("ns/a", OWNER, [], 2).pods, [], "the slot is free at once");
   // The memory of removals lasts POD_WRITE_TRUST_MS.
   now = POD_WRITE_TRUST_MS;
-  w.observed(pod("a-1", "u1"), true);
+  w.observed("ns/a", pod("a-1", "u1"), true);
   w.deleted("ns/a", a0, now);
   assertEquals(w.size, 1, "an old removal no longer counts");
 });
