@@ -6,6 +6,8 @@
  *
  * @module
  */
+// First, for its side effect: the TLS set-up starts before the other modules are evaluated.
+import "./lib/kube/warm_start.ts";
 import { type FlagValues, helpText, parseFlags, VERSION } from "./lib/cli.ts";
 import { KubeClient, type KubeObject, type RequestInfo } from "./lib/kube/client.ts";
 import { loadClusterConfig } from "./lib/kube/config.ts";

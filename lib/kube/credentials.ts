@@ -37,6 +37,7 @@ import {
 } from "./config.ts";
 import { ConfigError } from "./errors.ts";
 import { runExecPlugin } from "./exec.ts";
+import { warmUpTls } from "./tls_warmup.ts";
 
 /** How long a token read from a file is used before the file is read again (ms); client-go, 1 min. */
 export const TOKEN_FILE_REREAD_MS = 60_000;
@@ -170,6 +171,8 @@ export class CredentialProvider {
 
   /** Builds an HTTP client for the given material. @throws ConfigError when Deno refuses it. */
   #makeClient(caPem: string | undefined, pair: ClientPair | undefined): Deno.HttpClient {
+    // The first handshake's crypto set-up, off the JavaScript thread (a no-op once started).
+    warmUpTls();
     // HTTP/1.1 only: see the module doc.
     const opts: Deno.CreateHttpClientOptions = { http1: true, http2: false };
     if (caPem) opts.caCerts = [caPem];

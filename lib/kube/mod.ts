@@ -124,6 +124,7 @@ export {
   type Timers,
   UnreachableError,
 } from "./connection.ts";
+export { warmUpTls } from "./tls_warmup.ts";
 export {
   chooseProxy,
   describeProxy,
