@@ -99,6 +99,39 @@ export function stableJson(v: unknown): string {
   return JSON.stringify(v);
 }
 
+/**
+ * Whether `a` and `b` are the same JSON value: exactly when `stableJson(a) === stableJson(b)`
+ * (object keys in any order, keys whose value is undefined ignored), without building either text.
+ * For the comparisons a reconcile makes every time (the status it computed against the stored
+ * one), where the text would only be thrown away.
+ */
+export function jsonEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  const aArr = Array.isArray(a), bArr = Array.isArray(b);
+  if (aArr || bArr) {
+    if (!aArr || !bArr || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!jsonEqual(a[i], b[i])) return false;
+    return true;
+  }
+  if (a && typeof a === "object" && b && typeof b === "object") {
+    const x = a as Record<string, unknown>, y = b as Record<string, unknown>;
+    let defined = 0;
+    for (const k of Object.keys(x)) {
+      if (x[k] === undefined) continue;
+      defined++;
+      if (!Object.hasOwn(y, k) || !jsonEqual(x[k], y[k])) return false;
+    }
+    for (const k of Object.keys(y)) if (y[k] !== undefined) defined--;
+    return defined === 0;
+  }
+  // Unequal primitives (or an object against a primitive) still print alike in a few cases
+  // (NaN and null, an undefined array element and the text "undefined"); rare, so print them.
+  if ((a && typeof a === "object") || (b && typeof b === "object")) {
+    return stableJson(a) === stableJson(b);
+  }
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
 /** The Pod spec every replica of `as` gets. */
 export function podSpec(as: AppService): Pod["spec"] {
   const s = as.spec;
@@ -123,8 +156,19 @@ export function podSpec(as: AppService): Pod["spec"] {
  * restartPolicy.
  */
 export function specHash(as: AppService): string {
-  return createHash("sha256").update(stableJson(podSpec(as))).digest("hex").slice(0, 10);
+  const known = specHashes.get(as.spec);
+  if (known !== undefined) return known;
+  const hash = createHash("sha256").update(stableJson(podSpec(as))).digest("hex").slice(0, 10);
+  specHashes.set(as.spec, hash);
+  return hash;
 }
+
+/**
+ * {@link specHash} by spec object: the informer's objects are replaced, never changed in place
+ * (lib/runtime/store.ts: the cache's objects are read-only, deep-frozen in the tests), so a spec
+ * hashes once per version instead of at every reconcile and status report of it.
+ */
+const specHashes = new WeakMap<object, string>();
 
 /** Name of the Pod in slot `ordinal`. */
 export function podName(as: AppService, ordinal: number): string {

@@ -22,7 +22,7 @@
  * @module
  */
 import type { ContainerState, ContainerStatus, Pod } from "kubernetes-types/core/v1.d.ts";
-import { isPodReady, restartCount, stableJson } from "./pods.ts";
+import { isPodReady, jsonEqual, restartCount } from "./pods.ts";
 import {
   madeProgress,
   type ProgressCounts,
@@ -436,12 +436,11 @@ export function statusChanged(
   old: AppServiceStatusT | undefined,
   next: AppServiceStatusT,
 ): boolean {
-  const strip = (s: AppServiceStatusT | undefined) => {
-    if (!s) return "";
-    const { lastReconciliation: _l, ...rest } = s;
-    return stableJson(rest);
-  };
-  return strip(old) !== strip(next);
+  if (!old) return true;
+  return !jsonEqual(
+    { ...old, lastReconciliation: undefined },
+    { ...next, lastReconciliation: undefined },
+  );
 }
 
 /**
@@ -462,11 +461,12 @@ export const COSMETIC_STATUS_INTERVAL_MS = 30_000;
  * observedGeneration and `lastUpdateTime`, and per Pod its name, phase, readiness, IP and stuck
  * reason. The rest is cosmetic: condition messages (e.g. a kubelet's back-off text, a refused
  * write's attempt count), restart counts, container states and messages; a change of only those
- * is written at most once per {@link COSMETIC_STATUS_INTERVAL_MS}. Returns a stable JSON text.
+ * is written at most once per {@link COSMETIC_STATUS_INTERVAL_MS}. Returns a JSON value (undefined
+ * for no status) to compare with {@link jsonEqual}.
  */
-export function statusState(s: AppServiceStatusT | undefined): string {
-  if (!s) return "";
-  return stableJson({
+export function statusState(s: AppServiceStatusT | undefined): Record<string, unknown> | undefined {
+  if (!s) return undefined;
+  return {
     ready: s.ready,
     replicas: s.replicas,
     readyReplicas: s.readyReplicas,
@@ -483,7 +483,7 @@ export function statusState(s: AppServiceStatusT | undefined): string {
       c.lastUpdateTime,
     ]),
     pods: (s.podStatuses ?? []).map((p) => [p.name, p.phase, p.ready, p.podIP, p.reason]),
-  });
+  };
 }
 
 /**
@@ -499,7 +499,7 @@ export function statusWriteAtMs(
   nowMs: number,
   intervalMs = COSMETIC_STATUS_INTERVAL_MS,
 ): number {
-  if (statusState(stored) !== statusState(next)) return nowMs;
+  if (!jsonEqual(statusState(stored), statusState(next))) return nowMs;
   const last = Date.parse(stored?.lastReconciliation ?? "");
   if (!Number.isFinite(last)) return nowMs;
   // A clock far behind the last write (another replica's) waits no longer than the interval.

@@ -151,13 +151,19 @@ export interface RawRequest {
   noRetry?: boolean;
 }
 
-/** `server` + `path` with the query parameters that have a value. */
+/**
+ * `server` + `path` with the query parameters that have a value (form-encoded, as
+ * `URLSearchParams` does). The URL is parsed once: setting its `searchParams` one by one would
+ * parse it again for each.
+ */
 export function requestUrl(server: string, path: string, query: Query = {}): URL {
-  const url = new URL(server + path);
-  for (const [k, v] of Object.entries(query)) {
-    if (v !== undefined && v !== "") url.searchParams.set(k, String(v));
+  const params = new URLSearchParams();
+  for (const k in query) {
+    const v = query[k];
+    if (v !== undefined && v !== "") params.set(k, String(v));
   }
-  return url;
+  const qs = params.size ? `?${params}` : "";
+  return new URL(server + path + qs);
 }
 
 /** Query of a list call (one page). */

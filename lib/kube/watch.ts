@@ -105,14 +105,24 @@ export async function* decodeWatchBatches<T>(
   let rest = "";
   let idle = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  // The bound runs from the last byte (performance.now(), ms). One timer: a chunk only moves the
+  // deadline, and a timer that fires before it is set again for the rest, so a busy stream costs a
+  // clock read per chunk instead of a timer (docs/design/client.md, "Per-request costs").
+  let lastByteMs = 0;
+  const check = () => {
+    const left = lastByteMs + idleMs - performance.now();
+    if (left > 0) {
+      timer = setTimeout(check, left);
+      return;
+    }
+    idle = true;
+    onIdle();
+    reader.cancel().catch(() => {});
+  };
   const arm = () => {
     if (!idleMs) return;
-    clearTimeout(timer);
-    timer = setTimeout(() => {
-      idle = true;
-      onIdle();
-      reader.cancel().catch(() => {});
-    }, idleMs);
+    lastByteMs = performance.now();
+    timer ??= setTimeout(check, idleMs);
   };
   try {
     arm();

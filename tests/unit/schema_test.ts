@@ -1,6 +1,13 @@
 import { assert, assertEquals } from "../assert.ts";
+import fc from "fast-check";
 import { renderCrd } from "../../lib/appservice/crd_gen.ts";
-import { desiredPod, podOrdinal, specHash, stableJson } from "../../lib/appservice/pods.ts";
+import {
+  desiredPod,
+  jsonEqual,
+  podOrdinal,
+  specHash,
+  stableJson,
+} from "../../lib/appservice/pods.ts";
 import type { AppService } from "../../lib/appservice/schema.ts";
 import { IMAGE_PATTERN, validateSpec } from "../../lib/appservice/schema.ts";
 import { desiredService, serviceMatches } from "../../lib/appservice/service.ts";
@@ -156,4 +163,52 @@ Deno.test("CRD: every field of spec and status has a description (kubectl explai
   walk(root.properties.spec, "spec", true);
   walk(root.properties.status, "status", true);
   assertEquals(missing, [], `fields kubectl explain shows "<no description>" for`);
+});
+
+/** JSON-like values with undefined in objects and arrays, the shapes a status can take. */
+const jsonish: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
+  value: fc.oneof(
+    { depthSize: "small", withCrossShrink: true },
+    fc.constantFrom(null, undefined, true, false, 0, -0, 1, NaN, "", "a", "undefined"),
+    fc.integer(),
+    fc.string({ maxLength: 3 }),
+    fc.array(tie("value"), { maxLength: 3 }),
+    fc.dictionary(fc.constantFrom("a", "b", "c", "d"), tie("value"), { maxKeys: 4 }),
+  ),
+})).value;
+
+/** `v` rebuilt with every object's keys in reverse order and an undefined key added. */
+function reordered(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(reordered);
+  if (v && typeof v === "object") {
+    const out: Record<string, unknown> = { zz: undefined };
+    for (const k of Object.keys(v).reverse()) out[k] = reordered((v as Record<string, unknown>)[k]);
+    return out;
+  }
+  return v;
+}
+
+Deno.test("jsonEqual: the same answer as comparing stableJson texts", () => {
+  fc.assert(
+    fc.property(jsonish, jsonish, (a, b) => {
+      assertEquals(jsonEqual(a, b), stableJson(a) === stableJson(b));
+      assertEquals(jsonEqual(a, reordered(a)), stableJson(a) === stableJson(reordered(a)));
+      assert(jsonEqual(a, reordered(a)) || stableJson(a) !== stableJson(reordered(a)));
+    }),
+    { numRuns: 2_000 },
+  );
+  assert(jsonEqual({ a: 1, b: undefined }, { a: 1 }));
+  assert(!jsonEqual({ a: 1 }, { a: 1, b: null }));
+  assert(!jsonEqual([1, 2], [2, 1]));
+  assert(!jsonEqual({ a: [] }, { a: {} }));
+});
+
+Deno.test("specHash: one hash per spec object, a new spec object hashed anew", () => {
+  const a = as({ image: "nginx:1" });
+  const h = specHash(a);
+  assertEquals(specHash(a), h);
+  assertEquals(specHash({ ...a, spec: { ...a.spec } }), h);
+  assert(specHash({ ...a, spec: { ...a.spec, image: "nginx:2" } }) !== h);
+  // Frozen, as the cache's objects are in the tests.
+  assertEquals(specHash(Object.freeze({ ...a, spec: Object.freeze({ ...a.spec }) })), h);
 });
