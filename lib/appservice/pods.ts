@@ -101,9 +101,10 @@ export function stableJson(v: unknown): string {
 
 /**
  * Whether `a` and `b` are the same JSON value: exactly when `stableJson(a) === stableJson(b)`
- * (object keys in any order, keys whose value is undefined ignored), without building either text.
- * For the comparisons a reconcile makes every time (the status it computed against the stored
- * one), where the text would only be thrown away.
+ * (object keys in any order, keys whose value is undefined ignored) for values whose arrays hold no
+ * undefined (JSON has none), without building either text. For the comparisons a reconcile makes
+ * every time (the status it computed against the stored one), where the text would only be
+ * thrown away.
  */
 export function jsonEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -124,11 +125,9 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
     for (const k of Object.keys(y)) if (y[k] !== undefined) defined--;
     return defined === 0;
   }
-  // Unequal primitives (or an object against a primitive) still print alike in a few cases
-  // (NaN and null, an undefined array element and the text "undefined"); rare, so print them.
-  if ((a && typeof a === "object") || (b && typeof b === "object")) {
-    return stableJson(a) === stableJson(b);
-  }
+  // An object's text starts with "{" or "[", a primitive's never does.
+  if ((a && typeof a === "object") || (b && typeof b === "object")) return false;
+  // Unequal primitives that print alike: NaN, infinities and null; 0 and -0.
   return JSON.stringify(a) === JSON.stringify(b);
 }
 

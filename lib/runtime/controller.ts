@@ -548,7 +548,6 @@ export class Controller {
     let errorMessage: string | undefined;
     const ctx: ReconcileContext = { signal, reconcileID, logger };
     this.#active++;
-    this.#updateGauges();
     try {
       const r = await (span
         ? withReconcileSpan(span, () => o.reconcile(key, ctx))
@@ -627,7 +626,6 @@ export class Controller {
         });
       }
       this.queue.done(key);
-      this.#updateGauges();
     }
   }
 
@@ -649,7 +647,8 @@ export class Controller {
       }, syncMs * (0.9 + 0.2 * Math.random()));
     };
     if (syncMs > 0 && o.allKeys) scheduleSync();
-    const gaugeTimer = setInterval(() => this.#updateGauges(), 1_000);
+    // The gauges are set when they are read, not at every reconcile (Metrics.beforeScrape).
+    const stopGauges = o.metrics?.beforeScrape(() => this.#updateGauges());
     const onStop = () => this.queue.shutDown();
     signal.addEventListener("abort", onStop, { once: true });
     if (signal.aborted) onStop();
@@ -675,7 +674,7 @@ export class Controller {
     }
     await Promise.all(loops);
     this.#clock.clearTimer(syncTimer);
-    clearInterval(gaugeTimer);
+    stopGauges?.();
     this.#updateGauges();
   }
 }

@@ -195,8 +195,15 @@ function gauge<L extends string>(
   name: string,
   help: string,
   labels: readonly L[],
+  collect?: () => void,
 ): prom.Gauge<L> {
-  return new client.Gauge({ name, help, labelNames: labels, registers });
+  return new client.Gauge({
+    name,
+    help,
+    labelNames: labels,
+    registers,
+    ...(collect && { collect }),
+  });
 }
 
 /** A histogram with label names `labels` and bucket bounds `buckets`, on `registers`. */
@@ -210,8 +217,11 @@ function histogram<L extends string>(
   return new client.Histogram({ name, help, labelNames: labels, buckets: [...buckets], registers });
 }
 
-/** controller-runtime's per-controller metrics (`controller_runtime_*`, label `controller`). */
-function controllerMetrics(r: Registers): Pick<
+/**
+ * controller-runtime's per-controller metrics (`controller_runtime_*`, label `controller`);
+ * `collect` runs before each scrape of `controller_runtime_active_workers`.
+ */
+function controllerMetrics(r: Registers, collect: () => void): Pick<
   Metrics,
   | "reconcileTotal"
   | "reconcileErrors"
@@ -272,12 +282,16 @@ function controllerMetrics(r: Registers): Pick<
       "controller_runtime_active_workers",
       "Number of currently used workers per controller",
       c,
+      collect,
     ),
   };
 }
 
-/** client-go's work-queue metrics as controller-runtime registers them (`workqueue_*`). */
-function workqueueMetrics(r: Registers): Pick<
+/**
+ * client-go's work-queue metrics as controller-runtime registers them (`workqueue_*`); `collect`
+ * runs before each scrape of the gauges (depth, unfinished work, longest running).
+ */
+function workqueueMetrics(r: Registers, collect: () => void): Pick<
   Metrics,
   | "queueDepth"
   | "queueAdds"
@@ -295,6 +309,7 @@ function workqueueMetrics(r: Registers): Pick<
       "workqueue_depth",
       "Current depth of workqueue by workqueue and priority",
       ["name", "controller", "priority"],
+      collect,
     ),
     queueAdds: counter(r, "workqueue_adds_total", "Total number of adds handled by workqueue", q),
     queueDuration: histogram(
@@ -323,12 +338,14 @@ function workqueueMetrics(r: Registers): Pick<
       "How many seconds of work has been done that is in progress and hasn't been " +
         "observed by work_duration",
       q,
+      collect,
     ),
     longestRunning: gauge(
       r,
       "workqueue_longest_running_processor_seconds",
       "How many seconds has the longest running processor for workqueue been running",
       q,
+      collect,
     ),
   };
 }
@@ -624,15 +641,34 @@ export class Metrics {
     this.prefix = prefix;
     this.registry = new client.Registry();
     const r = [this.registry];
+    const collect = () => {
+      for (const update of this.#beforeScrape) update();
+    };
     Object.assign(
       this,
-      controllerMetrics(r),
-      workqueueMetrics(r),
+      controllerMetrics(r, collect),
+      workqueueMetrics(r, collect),
       clientGoMetrics(r),
       certwatcherMetrics(r),
       runtimeMetrics(r, prefix),
     );
     addProcessMetrics(this.registry);
+  }
+
+  /** See {@link Metrics.beforeScrape}. */
+  #beforeScrape = new Set<() => void>();
+
+  /**
+   * Runs `update` whenever the work-queue gauges (`workqueue_depth`,
+   * `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds`) or
+   * `controller_runtime_active_workers` are read (a scrape, or `get()`), so it can set them from the
+   * state it keeps: they are right at every read and cost nothing between reads (client-go sets
+   * the depth on every add and get, and the others every 500 ms). `update` must be cheap and must
+   * not throw. Returns the function that removes it.
+   */
+  beforeScrape(update: () => void): () => void {
+    this.#beforeScrape.add(update);
+    return () => this.#beforeScrape.delete(update);
   }
 
   /**

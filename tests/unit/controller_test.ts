@@ -753,3 +753,36 @@ Deno.test("controller: a pass of reconciles that never wait on I/O still lets pr
     `a request sent at the start was answered only after ${doneAtProbe} of ${keys.length} reconciles`,
   );
 });
+
+Deno.test("controller: the work-queue gauges and active workers are right whenever they are read", async () => {
+  const metrics = new Metrics();
+  const slow = gate();
+  const c = controller({
+    metrics,
+    maxConcurrentReconciles: 1,
+    reconcile: async (key) => {
+      if (key === "ns/slow") await slow.promise;
+      return Reconcile.done;
+    },
+  });
+  const value = async (g: { get(): Promise<{ values: { value: number }[] }> }) =>
+    (await g.get()).values[0]?.value;
+  const stop = new AbortController();
+  const run = c.run(stop.signal, 1_000);
+  c.enqueue("ns/slow");
+  await until("slow in flight", () => c.activeWorkers === 1);
+  c.enqueue("ns/a");
+  c.enqueue("ns/b");
+  // Read at once, with no timer or reconcile in between: the state of this moment.
+  assertEquals(await value(metrics.activeWorkers), 1);
+  assertEquals(await value(metrics.queueDepth), 2);
+  assert((await value(metrics.longestRunning))! >= 0);
+  const text = await metrics.registry.metrics();
+  assert(text.includes('workqueue_depth{name="test",controller="test",priority=""} 2'), text);
+  slow.open();
+  await until("all done", () => c.queue.depth === 0 && c.activeWorkers === 0);
+  assertEquals(await value(metrics.activeWorkers), 0);
+  assertEquals(await value(metrics.queueDepth), 0);
+  stop.abort();
+  await run;
+});

@@ -165,14 +165,18 @@ Deno.test("CRD: every field of spec and status has a description (kubectl explai
   assertEquals(missing, [], `fields kubectl explain shows "<no description>" for`);
 });
 
-/** JSON-like values with undefined in objects and arrays, the shapes a status can take. */
+/**
+ * JSON-like values, the shapes a status can take: undefined as an object's value or the whole
+ * value, never an array element (JSON has none).
+ */
 const jsonish: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
-  value: fc.oneof(
+  value: fc.oneof(tie("defined"), fc.constant(undefined)),
+  defined: fc.oneof(
     { depthSize: "small", withCrossShrink: true },
-    fc.constantFrom(null, undefined, true, false, 0, -0, 1, NaN, "", "a", "undefined"),
+    fc.constantFrom(null, true, false, 0, -0, 1, NaN, Infinity, "", "a", "undefined", "[]"),
     fc.integer(),
     fc.string({ maxLength: 3 }),
-    fc.array(tie("value"), { maxLength: 3 }),
+    fc.array(tie("defined"), { maxLength: 3 }),
     fc.dictionary(fc.constantFrom("a", "b", "c", "d"), tie("value"), { maxKeys: 4 }),
   ),
 })).value;
@@ -201,6 +205,8 @@ Deno.test("jsonEqual: the same answer as comparing stableJson texts", () => {
   assert(!jsonEqual({ a: 1 }, { a: 1, b: null }));
   assert(!jsonEqual([1, 2], [2, 1]));
   assert(!jsonEqual({ a: [] }, { a: {} }));
+  assert(!jsonEqual(undefined, {}) && !jsonEqual({}, undefined) && !jsonEqual([], "[]"));
+  assert(jsonEqual(NaN, null) && jsonEqual(0, -0));
 });
 
 Deno.test("specHash: one hash per spec object, a new spec object hashed anew", () => {
