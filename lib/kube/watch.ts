@@ -65,6 +65,12 @@ export class WatchRestartError extends Error {
 export const MAX_WATCH_FRAME_CHARS = 64 * 1024 * 1024;
 
 /**
+ * Longest delay a timer holds (ms): 2^31 - 1. Deno, as browsers and Node, fires a longer one at
+ * once; a longer idle bound is waited for in steps of this.
+ */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
  * Yields the watch events of a response body in batches: every complete frame of a chunk read from
  * the body comes in one array (in stream order, never empty), so the consumer pays one async step
  * per chunk (the transport delivers ~16 KiB, some 20 events of a typical object) instead of one per
@@ -112,7 +118,7 @@ export async function* decodeWatchBatches<T>(
   const check = () => {
     const left = lastByteMs + idleMs - performance.now();
     if (left > 0) {
-      timer = setTimeout(check, left);
+      timer = setTimeout(check, Math.min(left, MAX_TIMER_MS));
       return;
     }
     idle = true;
@@ -122,7 +128,7 @@ export async function* decodeWatchBatches<T>(
   const arm = () => {
     if (!idleMs) return;
     lastByteMs = performance.now();
-    timer ??= setTimeout(check, idleMs);
+    timer ??= setTimeout(check, Math.min(idleMs, MAX_TIMER_MS));
   };
   try {
     arm();

@@ -650,3 +650,57 @@ Deno.test("decodeWatchBatches: a stop signal ends a silent stream at once with i
   assert(err === reason, `got: ${err}`);
   assert(b.cancelled, "the body was cancelled");
 });
+
+/**
+ * Runs `fn` with `setTimeout` counted; returns how many timers it made and how many delays were
+ * above what a timer can hold (2^31 - 1 ms: Deno, as browsers and Node, then fires at once).
+ */
+async function countingTimers(
+  fn: () => Promise<void>,
+): Promise<{ made: number; overflow: number }> {
+  const real = globalThis.setTimeout;
+  const seen = { made: 0, overflow: 0 };
+  globalThis.setTimeout = ((cb: () => void, ms?: number) => {
+    seen.made++;
+    if ((ms ?? 0) > 2 ** 31 - 1) seen.overflow++;
+    return real(cb, ms);
+  }) as typeof setTimeout;
+  try {
+    await fn();
+  } finally {
+    globalThis.setTimeout = real;
+  }
+  return seen;
+}
+
+Deno.test("watch decode: the idle bound is one timer per bound, not one per chunk", async () => {
+  const b = body();
+  const text = frame("ADDED", "busy", "9");
+  const { made } = await countingTimers(async () => {
+    const it = decodeWatchStream<Obj>(b.stream, 5_000, () => {});
+    // 200 chunks, all well within the bound.
+    for (let i = 0; i < 200; i++) b.push(i < text.length ? text[i] : "\n");
+    b.push(text.slice(200));
+    b.close();
+    assertEquals(await collect(it), ["ADDED busy 9"]);
+  });
+  assert(made <= 2, `${made} timers for 201 chunks`);
+});
+
+Deno.test("watch decode: an idle bound longer than a timer can hold is waited for, not fired at once", async () => {
+  const b = body();
+  let idleCalls = 0;
+  const { made, overflow } = await countingTimers(async () => {
+    const it = decodeWatchStream<Obj>(b.stream, 2 ** 32, () => idleCalls++);
+    const feeder = (async () => {
+      await new Promise((r) => setTimeout(r, 100));
+      b.push(frame("ADDED", "late", "3"));
+      b.close();
+    })();
+    assertEquals(await collect(it), ["ADDED late 3"]);
+    await feeder;
+  });
+  assertEquals(idleCalls, 0);
+  assertEquals(overflow, 0, "a timer was asked for more than 2^31 - 1 ms");
+  assert(made <= 3, `${made} timers in 100 ms`);
+});
