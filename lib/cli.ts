@@ -185,7 +185,7 @@ export const FLAG_TABLE = [
     kind: "duration",
     default: "75s",
     help:
-      "A watch that delivers no byte for this long is reconnected (the apiserver sends a bookmark about every 60s).",
+      "A watch that delivers no byte for this long is reconnected (the apiserver sends a bookmark about every 60s); below 65s a silence never counts as a missed bookmark.",
   },
   {
     name: "list-page-size",

@@ -68,12 +68,14 @@ export interface WatchOptions extends CallOptions {
   idleTimeoutMs?: number;
   /**
    * Whether silence past `idleTimeoutMs` is a failure of the path (default true): the stream
-   * should have carried bytes (the apiserver sends this watch bookmarks), so its connection is
-   * presumed dead, the connection health is told and pooled connections are dropped. False for a
-   * stream that may rightly be quiet (an apiserver that sends no bookmarks): it is only ended,
-   * and reopening it is the liveness check.
+   * should have carried bytes (a bookmark was due), so its connection is presumed dead, the
+   * connection health is told and pooled connections are dropped. False for a stream that may
+   * rightly be quiet (no bookmark owed; the reflector's rule is `bookmarkWasDue` in
+   * lib/runtime/reflector_machine.ts): it is only ended, and reopening it is the liveness check.
+   * A function is asked when the bound fires, so that the answer can depend on what the stream
+   * carried; it must not throw.
    */
-  idleIsFailure?: boolean;
+  idleIsFailure?: boolean | (() => boolean);
   /**
    * Bound on the response headers (ms); default `idleTimeoutMs`. Past it the watch ends with
    * WatchIdleError, a failure of the path. kube-apiserver answers a watch's headers at once (up

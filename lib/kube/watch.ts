@@ -376,7 +376,10 @@ function watchFailed(
   if (err instanceof WatchIdleError) {
     // No headers within the bound is a failure whatever the stream would carry; so is silence
     // while other requests get no answer either.
-    if (o.idleIsFailure !== false || !stream || !deps.health.healthy) {
+    const failure = typeof o.idleIsFailure === "function"
+      ? o.idleIsFailure()
+      : o.idleIsFailure !== false;
+    if (failure || !stream || !deps.health.healthy) {
       deps.failed(err);
       deps.resetConnections();
     }

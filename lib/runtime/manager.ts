@@ -148,7 +148,10 @@ export interface ManagerOptions {
    * namespace and resource, one cache); "" (the default) for all.
    */
   watchNamespace?: string;
-  /** A watch silent (no byte, bookmarks included) this long is reconnected; default 3 min. */
+  /**
+   * A watch silent (no byte, bookmarks included) this long is reconnected; default the
+   * reflector's `DEFAULT_WATCH_IDLE_TIMEOUT_MS` (75 s).
+   */
   watchIdleTimeoutMs?: number;
   /** Page size of the informers' lists; default the reflector's (500, client-go's pager). */
   listPageSize?: number;

@@ -38,6 +38,7 @@ import {
 import { type Clock, realClock, sleepOn } from "./clock.ts";
 import {
   APISERVER_BOOKMARK_INTERVAL_MS,
+  bookmarkWasDue,
   errorMessage,
   type ReflectorEffect,
   type ReflectorEvent,
@@ -70,8 +71,8 @@ export type { LogLevelFn, ReflectorLogger, ReflectorMetrics } from "./reflector_
 export const MIN_WATCH_TIMEOUT_SECONDS = 300;
 /**
  * Default client idle bound (ms): 75 s, one bookmark interval plus the 15 s margin kube-apiserver
- * itself allows around its bookmarks; a watch silent that long has missed a bookmark
- * (docs/design/reflector.md, "Watch idle bound").
+ * itself allows around its bookmarks; a stream that has received a bookmark and is silent that
+ * long has missed one ({@link bookmarkWasDue}; docs/design/reflector.md, "Watch idle bound").
  */
 export const DEFAULT_WATCH_IDLE_TIMEOUT_MS = APISERVER_BOOKMARK_INTERVAL_MS + 15_000;
 /** Default page size of the initial list; client-go pager default 500. */
@@ -427,7 +428,7 @@ export class Reflector<T extends KubeObject> {
       openTimer = this.#clock.setTimer(() => this.#succeeded(), VERY_SHORT_WATCH_MS);
     };
     try {
-      const opts = this.#watchOptions(memory, initial, onOpen, signal);
+      const opts = this.#watchOptions(memory, initial, s.seen, onOpen, signal);
       for await (const batch of o.client.watchBatches<T>(o.resource, opts)) {
         // A stopped reflector changes the store no more, even if its stream has not ended yet
         // (a shard restart lists into the same store: docs/design/reflector.md).
@@ -468,6 +469,7 @@ export class Reflector<T extends KubeObject> {
   #watchOptions(
     memory: ReflectorMemory,
     initial: boolean,
+    seen: { bookmarks: boolean },
     onOpen: () => void,
     signal: AbortSignal,
   ): WatchOptions {
@@ -482,7 +484,8 @@ export class Reflector<T extends KubeObject> {
       allowWatchBookmarks: true,
       timeoutSeconds: this.#watchTimeoutSeconds(),
       idleTimeoutMs,
-      idleIsFailure: memory.bookmarksSeen,
+      // Asked when the bound fires: by then the stream's batches have been applied.
+      idleIsFailure: () => bookmarkWasDue(seen.bookmarks, idleTimeoutMs),
       // After a quiet idle the reopening is the liveness check: it must be answered soon.
       headersTimeoutMs: memory.checkLiveness
         ? Math.min(QUIET_RECONNECT_HEADERS_MS, idleTimeoutMs)

@@ -33,11 +33,11 @@ export type ReflectorEvent =
   | { type: "listExpired"; detail: string }
   /**
    * A watch delivered no byte for the idle bound and is reopened from the last resourceVersion.
-   * `quiet`: nothing says its connection died — this reflector's watches never received a
-   * bookmark (an apiserver without a watch cache sends none), the watch had been accepted and
-   * the path to the apiserver is healthy — so the silence is normal and the reopening is the
-   * liveness check, not a failure. Otherwise (a bookmark missed, no headers, other requests
-   * failing too) the informer was deaf and is marked so.
+   * `quiet`: nothing says its connection died — no bookmark was due on this stream (see
+   * {@link bookmarkWasDue}), the watch had been accepted and the path to the apiserver is
+   * healthy — so the silence is normal and the reopening is the liveness check, not a failure.
+   * Otherwise (a bookmark missed, no headers, other requests failing too) the informer was deaf
+   * and is marked so.
    */
   | { type: "idle"; resourceVersion: string; idleMs: number; quiet: boolean }
   | {
@@ -58,6 +58,34 @@ export const VERY_SHORT_WATCH_MS = 1_000;
  * minute (kube-apiserver cacher `defaultBookmarkFrequency`; see docs/design/reflector.md).
  */
 export const APISERVER_BOOKMARK_INTERVAL_MS = 60_000;
+/**
+ * How late a due bookmark may come (ms): the cacher checks for due bookmarks on a 1 s timer with
+ * 25% jitter, in whole-second buckets, so about 2.3 s; 5 s leaves room for a busy apiserver.
+ */
+export const BOOKMARK_SLACK_MS = 5_000;
+
+/**
+ * Whether a watch stream's silence of `idleMs` missed a bookmark the apiserver owed it, so that
+ * the silence is evidence of a dead connection.
+ *
+ * kube-apiserver's watch cache sends a watcher a BOOKMARK about every
+ * {@link APISERVER_BOOKMARK_INTERVAL_MS} (and 2 s before its timeout), but only once its cache of
+ * the resource has moved past the resourceVersion the watch started at: a bookmark at or below
+ * it is dropped (k8s.io/apiserver cacher, cacheWatcher.process). A watch reopened from the
+ * resourceVersion of its last bookmark on a resource nobody writes gets no bookmark for as long
+ * as that lasts, on a healthy path, and an apiserver without a watch cache sends none at all.
+ * Once a stream has received one (its start is behind the cache, for good), the next is due
+ * within the interval. So a bookmark was due only if this stream received one (`streamBookmarks`,
+ * not counting the `initial-events-end` bookmark of a WatchList, which is sent on demand) and the
+ * silence is longer than the interval plus {@link BOOKMARK_SLACK_MS}.
+ *
+ * @param streamBookmarks whether the silent stream received a cadence bookmark before
+ * @param idleMs how long the stream was silent (ms)
+ * @returns true when a bookmark was due during the silence
+ */
+export function bookmarkWasDue(streamBookmarks: boolean, idleMs: number): boolean {
+  return streamBookmarks && idleMs > APISERVER_BOOKMARK_INTERVAL_MS + BOOKMARK_SLACK_MS;
+}
 
 /**
  * What a running reflector remembers across states (part of every running state).
@@ -68,7 +96,6 @@ export const APISERVER_BOOKMARK_INTERVAL_MS = 60_000;
  * - `watchList`: the next sync uses WatchList (asked for, and the apiserver has not refused it).
  * - `listFromCache`: the next list reads the apiserver's watch cache (`resourceVersion=0`): only
  *   with `initialListFromCache`, until a list has been applied.
- * - `bookmarksSeen`: a watch of this reflector received a BOOKMARK, so a silent stream missed one.
  * - `checkLiveness`: the next watch reopens a quiet stream, so its response headers are bounded
  *   (set by a quiet idle end, cleared once a watch is accepted).
  */
@@ -81,8 +108,6 @@ export interface ReflectorMemory {
   watchList: boolean;
   /** Whether the next list reads the watch cache (`resourceVersion=0`). */
   listFromCache: boolean;
-  /** Whether any watch of this reflector received a BOOKMARK. */
-  bookmarksSeen: boolean;
   /** Whether the next watch's response headers are bounded (it reopens a quiet stream). */
   checkLiveness: boolean;
 }
@@ -116,7 +141,10 @@ export interface WatchOutcome {
   appliedResourceVersion: string;
   /** Whether the apiserver accepted the watch (its response headers arrived). */
   accepted: boolean;
-  /** Whether the watch received a BOOKMARK. */
+  /**
+   * Whether the watch received a cadence BOOKMARK (not the `initial-events-end` one of a
+   * WatchList): from then on one is due about every minute ({@link bookmarkWasDue}).
+   */
   bookmarks: boolean;
   /** Whether other requests to the apiserver get answers now (the client's ConnectionHealth). */
   healthy: boolean;
@@ -209,7 +237,6 @@ export function step(state: ReflectorState, input: ReflectorInput): Transition {
           goneInARow: 0,
           watchList: input.useWatchList,
           listFromCache: input.initialListFromCache,
-          bookmarksSeen: false,
           checkLiveness: false,
         }, "start"),
         effects: NOTHING,
@@ -247,7 +274,11 @@ function fromListing(
         effects: NOTHING,
       };
     case "listFailed":
-      return failed(memory, "list", input.error, { accepted: true, healthy: true });
+      return failed(memory, "list", input.error, {
+        accepted: true,
+        bookmarks: false,
+        healthy: true,
+      });
     case "listContinueExpired":
       // Still listing (now in one piece): a pager detail, not a failure and not a relist.
       return {
@@ -337,21 +368,20 @@ function fromWatching(
   return { state: watching(memory), effects: [ended] };
 }
 
-/** What any watch tells: bookmarks seen; accepted, so the next needs no liveness bound. */
+/** What any watch tells: accepted, so the next needs no liveness bound. */
 function observed(memory: ReflectorMemory, o: WatchOutcome): ReflectorMemory {
-  return {
-    ...memory,
-    bookmarksSeen: memory.bookmarksSeen || o.bookmarks,
-    checkLiveness: memory.checkLiveness && !o.accepted,
-  };
+  return { ...memory, checkLiveness: memory.checkLiveness && !o.accepted };
 }
+
+/** What a failure's classification needs to know of the watch (a list: accepted, no bookmarks). */
+type Seen = Pick<WatchOutcome, "accepted" | "bookmarks" | "healthy">;
 
 /** A watch failed after applying events up to `applied`: resume from there, then classify. */
 function watchFailure(
   memory: ReflectorMemory,
   applied: string,
   error: unknown,
-  seen: { accepted: boolean; healthy: boolean },
+  seen: Seen,
 ): Transition {
   const m = applied && applied !== memory.resourceVersion
     ? { ...memory, resourceVersion: applied, goneInARow: 0 } // the failed watch made progress
@@ -368,7 +398,7 @@ function failed(
   memory: ReflectorMemory,
   phase: "list" | "watch",
   error: unknown,
-  seen: { accepted: boolean; healthy: boolean },
+  seen: Seen,
 ): Transition {
   const rv = memory.resourceVersion;
   const again = (m: ReflectorMemory): ReflectorState =>
@@ -386,12 +416,13 @@ function failed(
     };
   }
   if (error instanceof WatchIdleError) {
-    // Silence is evidence of a dead connection when bookmarks were due, when the watch was never
-    // accepted (no headers within the bound), or while other requests get no answer either;
-    // otherwise it is a quiet stream, and reopening it is the liveness check.
-    const quiet = !memory.bookmarksSeen && seen.accepted && seen.healthy;
+    // Silence is evidence of a dead connection when a bookmark was due on this stream, when the
+    // watch was never accepted (no headers within the bound), or while other requests get no
+    // answer either; otherwise it is a quiet stream, and reopening it is the liveness check.
+    const missed = bookmarkWasDue(seen.bookmarks, error.idleMs);
+    const quiet = !missed && seen.accepted && seen.healthy;
     const effects: ReflectorEffect[] = [];
-    if (!quiet) effects.push({ type: "deaf", reason: idleReason(error.idleMs, memory, seen) });
+    if (!quiet) effects.push({ type: "deaf", reason: idleReason(error.idleMs, missed, seen) });
     effects.push({
       type: "report",
       event: { type: "idle", resourceVersion: rv, idleMs: error.idleMs, quiet },
@@ -418,12 +449,12 @@ function failed(
   };
 }
 
-function idleReason(idleMs: number, memory: ReflectorMemory, seen: { accepted: boolean }): string {
+function idleReason(idleMs: number, missed: boolean, seen: { accepted: boolean }): string {
   const s = Math.round(idleMs / 1000);
   if (!seen.accepted) return `no answer to the watch for ${s} s`;
-  if (memory.bookmarksSeen) {
-    return `no byte for ${s} s: missed the apiserver's bookmarks (sent about every ` +
-      `${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`;
+  if (missed) {
+    return `no byte for ${s} s: missed the apiserver's bookmarks (this stream received them; ` +
+      `one is due about every ${APISERVER_BOOKMARK_INTERVAL_MS / 1000} s)`;
   }
   return `no byte for ${s} s while the apiserver is not answering`;
 }

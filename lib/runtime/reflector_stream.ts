@@ -25,9 +25,9 @@ export interface Stream<T> {
 
 /**
  * Applies one event of stream `s` to `store` and advances `s` (its resourceVersion, event count,
- * bookmarks seen, last applied resourceVersion). While `s.replacement` is set (WatchList initial
- * events) ADDED and MODIFIED objects wait in `s.pending` (the caller adds them to the replace
- * once per batch); the `initial-events-end` bookmark finishes the replace and calls
+ * cadence bookmarks seen, last applied resourceVersion). While `s.replacement` is set (WatchList
+ * initial events) ADDED and MODIFIED objects wait in `s.pending` (the caller adds them to the
+ * replace once per batch); the `initial-events-end` bookmark finishes the replace and calls
  * `initialEventsEnd` with its counts and resourceVersion.
  * @throws Error for an event type it does not know
  */
@@ -50,8 +50,11 @@ export function applyWatchEvent<T extends KubeObject>(
       store.remove(obj);
       break;
     case "BOOKMARK":
-      s.seen.bookmarks = true;
-      if (s.replacement && obj.metadata?.annotations?.["k8s.io/initial-events-end"] === "true") {
+      // The end of a WatchList's initial events is sent on demand, not on the cadence whose
+      // silence would mean a dead stream (reflector_machine.ts, bookmarkWasDue).
+      if (obj.metadata?.annotations?.["k8s.io/initial-events-end"] !== "true") {
+        s.seen.bookmarks = true;
+      } else if (s.replacement) {
         s.replacement.add(s.pending);
         s.pending = [];
         const diff = s.replacement.finish();

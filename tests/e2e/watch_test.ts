@@ -15,12 +15,8 @@ import { assert, assertEquals } from "../assert.ts";
 import { KubeClient, type KubeObject } from "../../lib/kube/client.ts";
 import { type ClusterConfig, loadClusterConfig } from "../../lib/kube/config.ts";
 import { CONFIGMAPS, PODS, type ResourceType } from "../../lib/kube/resources.ts";
-import {
-  Reflector,
-  type ReflectorEvent,
-  type ReflectorOptions,
-} from "../../lib/runtime/reflector.ts";
-import { objectKey, Store } from "../../lib/runtime/store.ts";
+import { objectKey, type Store } from "../../lib/runtime/store.ts";
+import { type Running, startReflector, type StoreCall } from "./reflectors.ts";
 import { compactEtcd, restartApiserver } from "../cluster/cluster.ts";
 import { admin, cluster, dropNamespace, newNamespace, sleep, waitFor } from "./harness.ts";
 import { mintToken } from "./resources.ts";
@@ -29,70 +25,12 @@ import { TcpProxy } from "./proxy.ts";
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/** One store handler call, as recorded. */
-interface StoreCall {
-  type: "add" | "update" | "delete";
-  key: string;
-  rv: string;
-}
-
-/** A reflector running in the background, with everything it reported. */
-interface Running<T extends KubeObject> {
-  reflector: Reflector<T>;
-  store: Store<T>;
-  client: KubeClient;
-  events: ReflectorEvent[];
-  calls: StoreCall[];
-  /** Events of one type. */
-  of<K extends ReflectorEvent["type"]>(type: K): Extract<ReflectorEvent, { type: K }>[];
-  /** Aborts the reflector, waits for run() to return, closes the client. */
-  stop(): Promise<void>;
-}
-
 /** A client for `config`, maybe through a proxy, with its own User-Agent (for the audit log). */
 function clientFor(config: ClusterConfig, userAgent: string, proxy?: TcpProxy): KubeClient {
   return new KubeClient(proxy ? { ...config, server: proxy.url } : config, {
     userAgent,
     maxRetries: 2,
   });
-}
-
-function startReflector<T extends KubeObject>(
-  client: KubeClient,
-  o: Omit<ReflectorOptions<T>, "client" | "store" | "onEvent">,
-): Running<T> {
-  const store = new Store<T>({ freeze: true });
-  const events: ReflectorEvent[] = [];
-  const calls: StoreCall[] = [];
-  const rec = (type: StoreCall["type"]) => (obj: T) =>
-    calls.push({ type, key: objectKey(obj), rv: obj.metadata?.resourceVersion ?? "" });
-  store.addHandler({
-    add: rec("add"),
-    update: (_old, obj) => rec("update")(obj),
-    delete: rec("delete"),
-  });
-  const reflector = new Reflector<T>({
-    ...o,
-    client,
-    store,
-    onEvent: (ev) => events.push(ev),
-  });
-  const ctl = new AbortController();
-  const done = reflector.run(ctl.signal);
-  return {
-    reflector,
-    store,
-    client,
-    events,
-    calls,
-    of: <K extends ReflectorEvent["type"]>(type: K) =>
-      events.filter((e) => e.type === type) as Extract<ReflectorEvent, { type: K }>[],
-    async stop() {
-      ctl.abort();
-      await done;
-      client.close();
-    },
-  };
 }
 
 /** Runs `fn` over `items`, `size` at a time. */
@@ -529,8 +467,20 @@ Deno.test("watch: a stalled stream is noticed within the idle bound and resumed 
       "resume new connections only: the changes arrive, the stuck one stays stuck",
       async () => {
         proxy.resume();
+        const resumedAt = Date.now();
         // The next attempt (at most one idle bound away) goes through a new connection.
-        await waitConverged(ref, CONFIGMAPS, ns, 4 * IDLE_MS);
+        try {
+          await waitConverged(ref, CONFIGMAPS, ns, 4 * IDLE_MS);
+        } catch (err) {
+          // What the reflector did since the pause, to tell a slow reconnect from a lost event.
+          console.log(
+            `reflector events (resumed at ${new Date(resumedAt).toISOString()}, ` +
+              `${proxy.stalledConnections} stalled connections, health ` +
+              `${ref.client.health.healthy ? "healthy" : "failing"}):\n  ` +
+              ref.events.slice(-12).map((e) => JSON.stringify(e).slice(0, 300)).join("\n  "),
+          );
+          throw err;
+        }
         assert(proxy.stalledConnections >= 1, "the stalled connection was not kept stuck");
         assertEquals(ref.store.get(`${ns}/${cmName(1)}`)?.data, { v: "1" });
         assertEquals(ref.store.get(`${ns}/${cmName(100)}`)?.data, { v: "new" });

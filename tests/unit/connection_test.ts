@@ -19,7 +19,7 @@ import {
 import { logAttemptFailure, outageLogLevel } from "../../lib/runtime/controller.ts";
 import type { Logger } from "../../lib/runtime/log.ts";
 import { CONFIGMAPS } from "../../lib/kube/resources.ts";
-import { WatchRestartError } from "../../lib/kube/watch.ts";
+import { WatchIdleError, WatchRestartError } from "../../lib/kube/watch.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
 
 const tick = () => new Promise((r) => setTimeout(r, 0));
@@ -188,6 +188,48 @@ Deno.test("client: once a later request gets through, a stuck read is sent again
     stop.abort();
     client.close();
     await srv.close();
+  }
+});
+
+Deno.test("client: a silent watch's idle bound asks idleIsFailure when it fires: false leaves the health alone, true tells it the path failed", async () => {
+  const release = Promise.withResolvers<void>();
+  // Every watch: headers, then nothing (a stream owed no bookmark, or a dead one).
+  const s = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (req) => {
+    if (new URL(req.url).pathname === "/version") return Response.json({ gitVersion: "v1.36.3" });
+    return new Response(new ReadableStream({ pull: () => release.promise }));
+  });
+  const client = loopbackClient(`http://127.0.0.1:${s.addr.port}`);
+  const idle = async (failure: boolean) => {
+    const asked: string[] = [];
+    let opened = false;
+    const o = {
+      namespace: "default",
+      idleTimeoutMs: 200,
+      onOpen: () => opened = true,
+      idleIsFailure: () => {
+        asked.push(opened ? "after open" : "before open");
+        return failure;
+      },
+    };
+    try {
+      for await (const _ of client.watchBatches(CONFIGMAPS, o)) { /* */ }
+      return { asked, end: "ended" };
+    } catch (err) {
+      return { asked, end: err instanceof WatchIdleError ? "idle" : String(err) };
+    }
+  };
+  try {
+    const episodes = client.health.episodes;
+    assertEquals(await idle(false), { asked: ["after open"], end: "idle" });
+    assert(client.health.healthy, "a silence owed nothing was taken for a failure");
+    assertEquals(client.health.episodes, episodes);
+    assertEquals(await idle(true), { asked: ["after open"], end: "idle" });
+    assert(!client.health.healthy, "a missed bookmark was not a failure of the path");
+    assertEquals(client.health.episodes, episodes + 1);
+  } finally {
+    release.resolve();
+    client.close();
+    await s.shutdown();
   }
 });
 

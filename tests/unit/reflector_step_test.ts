@@ -6,6 +6,9 @@ import { assert, assertEquals } from "../assert.ts";
 import { ApiError } from "../../lib/kube/errors.ts";
 import { WatchIdleError, WatchRestartError } from "../../lib/kube/watch.ts";
 import {
+  APISERVER_BOOKMARK_INTERVAL_MS,
+  BOOKMARK_SLACK_MS,
+  bookmarkWasDue,
   type ReflectorEffect,
   type ReflectorInput,
   type ReflectorMemory,
@@ -20,7 +23,6 @@ const memory = (m: Partial<ReflectorMemory> = {}): ReflectorMemory => ({
   goneInARow: 0,
   watchList: false,
   listFromCache: false,
-  bookmarksSeen: false,
   checkLiveness: false,
   ...m,
 });
@@ -215,18 +217,11 @@ Deno.test("step: a watch ending normally resumes at once; a very short empty one
   assertEquals(types(short.effects), ["report:watchEnded", "backoff"]);
 });
 
-Deno.test("step: a bookmark is remembered; idle after bookmarks is a deaf watch, reopened at once", () => {
-  const b = step(watchingState(), {
-    type: "watchEnded",
-    events: 1,
-    durationMs: 60_000,
-    ...outcome({ bookmarks: true }),
-  });
-  assertEquals(mem(b.state).bookmarksSeen, true);
-  const idle = step(b.state, {
+Deno.test("step: idle on a stream that received a bookmark is a deaf watch, reopened at once", () => {
+  const idle = step(watchingState(), {
     type: "watchFailed",
     error: new WatchIdleError(75_000),
-    ...outcome(),
+    ...outcome({ bookmarks: true }),
   });
   assertEquals(idle.state.phase, "watching");
   assertEquals(mem(idle.state).checkLiveness, false);
@@ -237,6 +232,39 @@ Deno.test("step: a bookmark is remembered; idle after bookmarks is a deaf watch,
     type: "report",
     event: { type: "idle", resourceVersion: "10", idleMs: 75_000, quiet: false },
   });
+});
+
+Deno.test("step: a bookmark on an earlier stream owes none to the next; a bound shorter than the cadence never counts a missed one", () => {
+  // The stream before received bookmarks and ended at its timeout; the next one, reopened from
+  // the last bookmark's resourceVersion, gets none until the apiserver's cache moves past it.
+  const ended = step(watchingState(), {
+    type: "watchEnded",
+    events: 2,
+    durationMs: 300_000,
+    ...outcome({ bookmarks: true, appliedResourceVersion: "12" }),
+  });
+  const reopened = step(ended.state, {
+    type: "watchFailed",
+    error: new WatchIdleError(75_000),
+    ...outcome({ appliedResourceVersion: "12" }),
+  });
+  assertEquals(types(reopened.effects), ["report:idle"]);
+  assertEquals(mem(reopened.state).checkLiveness, true, "the reopening is the liveness check");
+  // A bound shorter than the cadence: silence after a bookmark is not a missed one.
+  const short = step(watchingState(), {
+    type: "watchFailed",
+    error: new WatchIdleError(30_000),
+    ...outcome({ bookmarks: true }),
+  });
+  assertEquals(types(short.effects), ["report:idle"]);
+});
+
+Deno.test("bookmarkWasDue: only after a bookmark on the stream, and only past the interval and its slack", () => {
+  const due = APISERVER_BOOKMARK_INTERVAL_MS + BOOKMARK_SLACK_MS;
+  assertEquals(bookmarkWasDue(true, due + 1), true);
+  assertEquals(bookmarkWasDue(true, due), false);
+  assertEquals(bookmarkWasDue(false, 10 * due), false);
+  assertEquals(bookmarkWasDue(true, 75_000), true, "the default idle bound detects a missed one");
 });
 
 Deno.test("step: idle without bookmarks on a healthy path is quiet: no deaf, the reopening is bounded", () => {

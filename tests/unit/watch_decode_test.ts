@@ -290,7 +290,7 @@ interface ScriptedWatch {
  */
 class ScriptedClient {
   watchCalls: { resourceVersion?: string; sendInitialEvents?: boolean }[] = [];
-  /** `idleIsFailure` of each watch call. */
+  /** `idleIsFailure` of each watch that ended idle, as asked when its bound fired. */
   idleIsFailure: (boolean | undefined)[] = [];
   lists = 0;
   /** The client's connection health, when a test wants one. */
@@ -323,12 +323,11 @@ class ScriptedClient {
     o: {
       resourceVersion?: string;
       sendInitialEvents?: boolean;
-      idleIsFailure?: boolean;
+      idleIsFailure?: boolean | (() => boolean);
       signal?: AbortSignal;
       onOpen?: () => void;
     },
   ): AsyncGenerator<ObjectWatchEvent<Obj>[]> {
-    this.idleIsFailure.push(o.idleIsFailure);
     this.watchCalls.push({
       resourceVersion: o.resourceVersion,
       sendInitialEvents: o.sendInitialEvents,
@@ -348,7 +347,11 @@ class ScriptedClient {
     o.signal?.addEventListener("abort", onAbort, { once: true });
     try {
       yield* decodeWatchBatches<Obj>(b.stream, 0, () => {});
-      if (s.end === "idle") throw new WatchIdleError(75_000);
+      if (s.end === "idle") {
+        const f = o.idleIsFailure;
+        this.idleIsFailure.push(typeof f === "function" ? f() : f);
+        throw new WatchIdleError(75_000);
+      }
       if (s.end === "restart") throw new WatchRestartError("stalled", "scripted");
     } finally {
       o.signal?.removeEventListener("abort", onAbort);
@@ -547,6 +550,7 @@ Deno.test("reflector: a watch that missed the bookmark cadence is deaf until a w
     assertEquals(r.events.filter((e) => e.type === "idle").length, 1);
     assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "11"]);
     assert(r.reflector.deaf, "not deaf after the idle bound");
+    assertEquals(client.idleIsFailure, [true], "the client was not told the path failed");
     assert(
       /missed the apiserver's bookmarks/.test(r.reflector.deaf.reason),
       r.reflector.deaf.reason,
@@ -575,8 +579,31 @@ Deno.test("reflector: without bookmarks (no watch cache) an idle watch is reopen
     assertEquals(idle.length, 1);
     assertEquals((idle[0] as { quiet: boolean }).quiet, true);
     assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "11"]);
-    assertEquals(client.idleIsFailure, [false, false]);
+    assertEquals(client.idleIsFailure, [false]);
     assertEquals(r.reflector.deaf, undefined, "a quiet stream is not deafness");
+    assertEquals(errorsOf(r.events).length, 0);
+    assertEquals(client.lists, 1);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("reflector: a watch reopened after a stream with bookmarks owes none: its idle is quiet, not deaf, not a failure of the path", async () => {
+  const client = new ScriptedClient([], "10", [
+    // Bookmarks came, then the server timeout: the next watch resumes from the last one's
+    // resourceVersion, and the apiserver sends it none until its cache moves past it.
+    { frames: frame("ADDED", "a", "11") + frame("BOOKMARK", "", "12"), end: "close" },
+    { frames: "", end: "idle" },
+    { frames: "", end: "hang" },
+  ]);
+  const r = runReflector(client);
+  try {
+    await r.settle();
+    assertEquals(client.watchCalls.map((c) => c.resourceVersion), ["10", "12", "12"]);
+    const idle = r.events.filter((e) => e.type === "idle");
+    assertEquals(idle.map((e) => (e as { quiet: boolean }).quiet), [true]);
+    assertEquals(client.idleIsFailure, [false]);
+    assertEquals(r.reflector.deaf, undefined);
     assertEquals(errorsOf(r.events).length, 0);
     assertEquals(client.lists, 1);
   } finally {
