@@ -101,6 +101,19 @@ export class SeenLeases {
     for (const name of [...this.#seen.keys()]) if (!names.has(name)) this.#seen.delete(name);
   }
 
+  /**
+   * The first clock time (ms) after `nowMs` at which a remembered record runs out, or undefined
+   * when none runs out later than `nowMs`.
+   */
+  nextRunOutAfter(nowMs: number): number | undefined {
+    let next: number | undefined;
+    for (const r of this.#seen.values()) {
+      const t = runsOutAtMs(r);
+      if (t > nowMs && (next === undefined || t < next)) next = t;
+    }
+    return next;
+  }
+
   /** How many Leases are remembered. */
   get size(): number {
     return this.#seen.size;

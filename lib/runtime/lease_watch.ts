@@ -6,12 +6,14 @@
  * latency, never an attempt.
  *
  * The watch is `GET .../namespaces/<ns>/leases?watch=true&fieldSelector=metadata.name=<name>`
- * (RBAC verb `watch` on `coordination.k8s.io` leases), opened without a resourceVersion, so that
- * every (re)opening first delivers the current Lease as an ADDED event ("Get State and Start at
- * Most Recent", Kubernetes API concepts). Each watch is ended by the server after
- * {@link LEASE_WATCH_TIMEOUT_SECONDS}, or by the client after {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS}
- * without a byte, and reopened; after a failure it is reopened a retry period later, except after a
- * 403 (the `watch` verb not granted): then the candidate only polls, as without the watch.
+ * (RBAC verb `watch` on `coordination.k8s.io` leases; without a name, every Lease of the
+ * namespace: the sharded elector's, lib/runtime/shard_elector.ts), opened without a
+ * resourceVersion, so that every (re)opening first delivers the current Leases as ADDED events
+ * ("Get State and Start at Most Recent", Kubernetes API concepts). Each watch is ended by the
+ * server after {@link LEASE_WATCH_TIMEOUT_SECONDS}, or by the client after
+ * {@link DEFAULT_WATCH_IDLE_TIMEOUT_MS} without a byte, and reopened; after a failure it is
+ * reopened a retry period later, except after a 403 (the `watch` verb not granted): then the
+ * candidate only polls, as without the watch.
  *
  * @module
  */
@@ -33,8 +35,11 @@ export interface LeaseWatchOptions {
   client: KubeClient;
   /** Namespace of the Lease. */
   namespace: string;
-  /** Name of the Lease. */
-  name: string;
+  /**
+   * Name of the Lease; without it, every Lease of the namespace is watched (the sharded elector's
+   * shard and membership Leases: one watch instead of one per Lease).
+   */
+  name?: string;
   /** Clock of the waits (ms). */
   clock: Clock;
   /**
@@ -43,11 +48,11 @@ export interface LeaseWatchOptions {
    */
   retryPeriodMs: number;
   /**
-   * Called with every Lease the watch delivers (`undefined`: the Lease was deleted). Returns when
-   * to try to acquire it (ms on `clock`; now or earlier: at once), or `undefined` for no wake-up.
-   * Each answer replaces the previous one.
+   * Called with every Lease the watch delivers (`undefined`: the Lease was deleted) and its name.
+   * Returns when to try to acquire it (ms on `clock`; now or earlier: at once), or `undefined` for
+   * no wake-up. Each answer replaces the previous one (as does {@link LeaseWatch.wakeAt}).
    */
-  onLease: (lease: Lease | undefined) => number | undefined;
+  onLease: (lease: Lease | undefined, name: string) => number | undefined;
   /**
    * Called when a watch fails (for logs); it is reopened a retry period later, unless the failure
    * was a 403 (then not at all).
@@ -91,6 +96,16 @@ export class LeaseWatch {
   /** Ends the watch (the candidate leads or stops). */
   stop(): void {
     this.#stop.abort();
+  }
+
+  /**
+   * Sets when the wait in progress, or the next one, ends early (ms on the clock; `undefined`:
+   * not early), replacing the last answer of `onLease`: for a caller that learns the next due
+   * time by its own reads too.
+   */
+  wakeAt(ms: number | undefined): void {
+    this.#wakeAtMs = ms;
+    this.#rearm?.();
   }
 
   /**
@@ -141,7 +156,7 @@ export class LeaseWatch {
         for await (
           const ev of o.client.watch<Lease>(LEASES, {
             namespace: o.namespace,
-            fieldSelector: `metadata.name=${o.name}`,
+            ...(o.name !== undefined ? { fieldSelector: `metadata.name=${o.name}` } : {}),
             allowWatchBookmarks: true,
             timeoutSeconds: LEASE_WATCH_TIMEOUT_SECONDS,
             idleTimeoutMs: DEFAULT_WATCH_IDLE_TIMEOUT_MS,
@@ -154,8 +169,12 @@ export class LeaseWatch {
           // A batch already decoded may go on after the stop: nothing more is observed then.
           if (signal.aborted) return;
           if (ev.type === "BOOKMARK") continue;
-          this.#wakeAtMs = o.onLease(ev.type === "DELETED" ? undefined : ev.object);
-          this.#rearm?.();
+          this.wakeAt(
+            o.onLease(
+              ev.type === "DELETED" ? undefined : ev.object,
+              ev.object.metadata?.name ?? "",
+            ),
+          );
         }
       } catch (err) {
         if (signal.aborted) return;

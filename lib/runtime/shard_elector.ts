@@ -21,6 +21,13 @@
  *   passes only while the Lease of the namespace's shard is held and renewed within the renew
  *   deadline (that shard's {@link LeaseFence}); a cluster-scoped write only while at least one
  *   shard is.
+ * - Timing: a round runs every retry period (jittered), and earlier when something is due: a
+ *   watch on the namespace's Leases ({@link LeaseWatch}, without a name) records each renewal
+ *   when it happens and wakes the round loop at once for a released shard or a member that
+ *   joined or left, and when a shard's or a member's record runs out on this replica's clock.
+ *   A dead replica's shards are so taken a lease duration after its last renewals, not up to two
+ *   retry periods later (one to see the renewal, one to act); the retry period stays the bound
+ *   when the watch is down or refused.
  * One log line per move: shard, from, to, reason.
  *
  * @module
@@ -40,6 +47,7 @@ import {
   RETRY_JITTER,
 } from "./leader.ts";
 import { SeenLeases } from "./lease_expiry.ts";
+import { LeaseWatch } from "./lease_watch.ts";
 import { errorText, type Logger } from "./log.ts";
 import type { ShardMetrics } from "./metrics.ts";
 import { fnv1a64, namespaceOfPath, shardOf } from "./shards.ts";
@@ -58,6 +66,19 @@ export const SHARD_COUNT_ANNOTATION = "sharding.apps.our-org.com/shards";
 /** Name of shard `k`'s Lease. */
 export function shardLeaseName(id: string, k: number): string {
   return `${id}-shard-${k}`;
+}
+
+/**
+ * The shard whose Lease is named `name` ({@link shardLeaseName}) among `n` shards, or undefined
+ * (another Lease, or a shard of a larger count).
+ */
+export function shardOfLeaseName(id: string, name: string, n: number): number | undefined {
+  const prefix = `${id}-shard-`;
+  if (!name.startsWith(prefix)) return undefined;
+  const rest = name.slice(prefix.length);
+  if (!/^(0|[1-9][0-9]*)$/.test(rest)) return undefined;
+  const k = Number(rest);
+  return k < n ? k : undefined;
 }
 
 /** Name of the membership Lease of `identity` (its FNV-1a hash: identities hold `_`). */
@@ -291,6 +312,14 @@ export class ShardElector {
   #failingLogged = false;
   /** The write fence of the reconcilers' client. */
   readonly fence: ShardFence;
+  /** The namespace's Lease watch: observes renewals as they happen and wakes the round loop. */
+  readonly #watch: LeaseWatch;
+  /** Each shard's next try (clock ms) while not held here, as last observed (round or watch). */
+  readonly #nextTry = new Map<number, number>();
+  /** The watch saw what a round must act on at once: a released shard, a member joined or left. */
+  #due = false;
+  /** The live members of the last round. */
+  #liveSet = new Set<string>();
 
   /** An elector that does nothing until {@link start}. */
   constructor(o: ShardElectorOptions) {
@@ -353,6 +382,14 @@ export class ShardElector {
       (k) => this.#writable(k),
       (k) => this.#shards[k].elector.fence.signal,
     );
+    this.#watch = new LeaseWatch({
+      client: o.client,
+      namespace: o.namespace,
+      clock: this.#clock,
+      retryPeriodMs: this.#o.retryPeriodMs,
+      onLease: (lease, name) => this.#onWatched(lease, name),
+      onError: (err) => o.log.debug("Shard Lease watch failed", { error: errorText(err) }),
+    });
     o.metrics?.held.set(0);
     for (let k = 0; k < o.shards; k++) {
       for (const change of ["acquired", "released", "lost"]) {
@@ -380,7 +417,51 @@ export class ShardElector {
   /** Starts the loop: membership, fair share, takes and give-backs, until `signal` aborts. */
   start(signal: AbortSignal): void {
     this.#memberLoop = this.#renewMembershipLoop(signal);
+    this.#watch.start(signal);
     this.#loop = this.#run(signal);
+  }
+
+  /**
+   * A Lease the watch delivered (`undefined`: deleted), recorded as seen now: a shard's Lease by
+   * its elector (unless held here), another member's by the membership records. Returns when the
+   * next round is due ({@link #nextWake}).
+   */
+  #onWatched(lease: Lease | undefined, name: string): number | undefined {
+    const o = this.#o;
+    const now = this.#clock.now();
+    const k = shardOfLeaseName(o.id, name, o.shards);
+    if (k !== undefined) {
+      const s = this.#shards[k];
+      if (!s.holding) {
+        this.#nextTry.set(k, s.elector.observeLease(lease));
+        // Released or deleted: free now.
+        if (!lease?.spec?.holderIdentity) this.#due = true;
+      }
+    } else if (name.startsWith(`${o.id}-member-`) && name !== memberLeaseName(o.id, o.identity)) {
+      if (!lease) {
+        this.#members.forget(name);
+        this.#due = true;
+      } else if (lease.metadata?.labels?.[SHARD_MEMBER_LABEL] === memberLabelValue(o.id)) {
+        const { holder } = this.#members.seeLease(lease, o.leaseDurationSeconds, now, "renewTime");
+        if (holder !== undefined && !this.#liveSet.has(holder)) this.#due = true;
+      }
+    }
+    return this.#nextWake(now);
+  }
+
+  /**
+   * When the next round is due (clock ms; undefined: at the retry period): now when the watch saw
+   * a change to act on, else the first moment after `now` at which a shard Lease not held here or
+   * another member's record runs out.
+   */
+  #nextWake(now: number): number | undefined {
+    if (this.#due) return now;
+    let next = this.#members.nextRunOutAfter(now);
+    for (const s of this.#shards) {
+      const t = this.#nextTry.get(s.k);
+      if (!s.holding && t !== undefined && t > now && (next === undefined || t < next)) next = t;
+    }
+    return next;
   }
 
   /**
@@ -415,6 +496,7 @@ export class ShardElector {
     const o = this.#o;
     while (!signal.aborted) {
       const startedMs = this.#clock.now();
+      this.#due = false;
       try {
         await this.#round(signal);
         if (this.#failingLogged) o.log.info("Shard rounds succeed again");
@@ -424,8 +506,10 @@ export class ShardElector {
         if (!signal.aborted) this.#roundFailed(err);
       }
       const periodMs = o.retryPeriodMs * (1 + (RETRY_JITTER - 1) * o.random());
+      // Earlier when the watch saw a change during the round, or a record runs out before then.
+      this.#watch.wakeAt(this.#nextWake(this.#clock.now()));
       try {
-        await sleepOn(this.#clock, Math.max(0, periodMs - (this.#clock.now() - startedMs)), signal);
+        await this.#watch.sleep(Math.max(0, periodMs - (this.#clock.now() - startedMs)), signal);
       } catch {
         break;
       }
@@ -482,6 +566,7 @@ export class ShardElector {
     const byName = new Map(list.items.map((l) => [l.metadata?.name ?? "", l]));
     const live = this.#liveMembers(list.items, now);
     this.#live = live.length;
+    this.#liveSet = new Set(live);
     // One count at a time: the share is counted among the live members of this replica's
     // `--shards` only, and while a live member of another count holds a shard Lease this replica
     // takes no more (a rolling change of the count: the new replicas wait as standbys until the
@@ -506,7 +591,7 @@ export class ShardElector {
     // Every round observes every shard's Lease, held elsewhere or not: a Lease runs out a lease
     // duration after its record was first seen unchanged, so it must be watched before this
     // replica needs it (e.g. while a dead member still counts as live).
-    const nextTry = new Map<number, number>();
+    const nextTry = this.#nextTry;
     for (const s of this.#shards) {
       if (!s.holding) {
         nextTry.set(s.k, s.elector.observeLease(byName.get(shardLeaseName(o.id, s.k))));
@@ -827,6 +912,7 @@ export class ShardElector {
    * the membership Lease. Resolves when done.
    */
   async stop(): Promise<void> {
+    this.#watch.stop();
     await this.#loop;
     await this.#memberLoop;
     await Promise.all([

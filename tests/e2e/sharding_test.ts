@@ -296,8 +296,13 @@ async function runSharding(t: Deno.TestContext, setup: Setup): Promise<void> {
       return;
     }
 
-    await t.step(`the start-up log says ${setup.filtering}-side filtering`, () => {
+    await t.step(`the start-up log says ${setup.filtering}-side filtering`, async () => {
       for (const [u, op] of ops) {
+        // Logged once the apiserver answered the mode probe (bounded wait; asserted below).
+        await waitFor(`${u}'s filtering line`, () => {
+          const n = filteringLines(op);
+          return n.server + n.client > 0;
+        }, 30_000);
         const seen = filteringLines(op);
         const want = setup.filtering === "server"
           ? { server: 1, client: 0 }

@@ -19,10 +19,22 @@ export class FakeLeases {
   listGate?: Promise<void>;
   /** Called after each successful create or update, before its answer. */
   onWrite?: (name: string) => void;
+  /** When set, watches fail with 403 (RBAC without the `watch` verb: the rounds only poll). */
+  refuseWatch = false;
+  /** The open watches: each is told every change. */
+  readonly #watchers = new Set<(ev: { type: string; object: Lease }) => void>();
+  /** How many watches were opened. */
+  watchesOpened = 0;
 
-  /** A KubeClient stand-in with list, get, create, update and delete of these Leases. */
+  #emit(type: string, l: Lease): void {
+    for (const w of this.#watchers) w({ type, object: structuredClone(l) });
+  }
+
+  /** A KubeClient stand-in with list, get, create, update, delete and watch of these Leases. */
   client(): KubeClient {
     const notFound = () => new ApiError(404, { reason: "NotFound", message: "not found" });
+    // deno-lint-ignore no-this-alias
+    const fake = this;
     const api = {
       list: async () => {
         await this.listGate;
@@ -46,6 +58,7 @@ export class FakeLeases {
         l.metadata = { ...l.metadata, resourceVersion: String(++this.rv) };
         this.leases.set(name, l);
         this.onWrite?.(name);
+        this.#emit("ADDED", l);
         return Promise.resolve(structuredClone(l));
       },
       update: (_rt: unknown, obj: Lease) => {
@@ -60,11 +73,47 @@ export class FakeLeases {
         l.metadata = { ...l.metadata, resourceVersion: String(++this.rv) };
         this.leases.set(name, l);
         this.onWrite?.(name);
+        this.#emit("MODIFIED", l);
         return Promise.resolve(structuredClone(l));
       },
       delete: (_rt: unknown, name: string) => {
-        if (!this.leases.delete(name)) return Promise.reject(notFound());
+        const l = this.leases.get(name);
+        if (!l || !this.leases.delete(name)) return Promise.reject(notFound());
+        this.#emit("DELETED", l);
         return Promise.resolve({});
+      },
+      // Every Lease as ADDED, then each change, until the signal aborts (no resourceVersion, no
+      // server timeout: what LeaseWatch asks for).
+      watch: async function* (
+        this: void,
+        _rt: unknown,
+        o: { signal?: AbortSignal } = {},
+      ): AsyncGenerator<{ type: string; object: Lease }> {
+        fake.watchesOpened++;
+        if (fake.refuseWatch) throw new ApiError(403, { reason: "Forbidden", message: "no" });
+        const queue: { type: string; object: Lease }[] = [];
+        let wake: (() => void) | undefined;
+        const push = (ev: { type: string; object: Lease }) => {
+          queue.push(ev);
+          wake?.();
+        };
+        const onAbort = () => wake?.();
+        for (const l of fake.leases.values()) {
+          queue.push({ type: "ADDED", object: structuredClone(l) });
+        }
+        fake.#watchers.add(push);
+        o.signal?.addEventListener("abort", onAbort);
+        try {
+          while (!o.signal?.aborted) {
+            const ev = queue.shift();
+            if (ev) yield ev;
+            else await new Promise<void>((r) => wake = r);
+            wake = undefined;
+          }
+        } finally {
+          fake.#watchers.delete(push);
+          o.signal?.removeEventListener("abort", onAbort);
+        }
       },
     };
     return api as unknown as KubeClient;

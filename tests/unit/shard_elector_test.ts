@@ -509,6 +509,9 @@ Deno.test("shard elector: one count at a time — a replica of another --shards 
 
 Deno.test("shard elector: two counts holding at once — one gives everything back (here, on a tie of join times, the larger count)", async () => {
   const api = new FakeLeases();
+  // Without the Lease watch (which on this instant API shows each the other's membership before
+  // either has finished its first round, so that one never takes): the rule is for the race.
+  api.refuseWatch = true;
   const clock = new FakeClock();
   // Both start on an empty election in the same instant and take shards before seeing each
   // other; their membership Leases carry the same acquireTime.
@@ -524,4 +527,59 @@ Deno.test("shard elector: two counts holding at once — one gives everything ba
     await a.stop();
     await b.stop();
   }
+});
+
+/**
+ * Starts replica a, then c `phaseMs` later (so that a's rounds and c's renewals are out of
+ * phase), kills c (its loops stop, nothing released: a SIGKILL) once settled and returns, per shard c held, how long after c's last renewals (of that shard's Lease
+ * and of its membership, the later) a took it (fake clock ms).
+ */
+async function takeoverAfterKill(watch: boolean, phaseMs: number): Promise<number[]> {
+  const api = new FakeLeases();
+  api.refuseWatch = !watch;
+  const clock = new FakeClock();
+  const writes: { name: string; holder: string; at: number }[] = [];
+  api.onWrite = (name) => writes.push({ name, holder: api.holder(name), at: clock.now() });
+  const a = elector(api, "a_1", clock, recorder());
+  const c = elector(api, "c_1", clock, recorder());
+  const stopA = new AbortController();
+  const stopC = new AbortController();
+  try {
+    a.start(stopA.signal);
+    await run(clock, phaseMs);
+    c.start(stopC.signal);
+    await run(clock, 6_000);
+    const cShards = c.held();
+    assertEquals(cShards.length, 2, `c holds ${cShards}`);
+    stopC.abort();
+    const killedAt = clock.now();
+    await run(clock, 8_000);
+    assertEquals(a.held(), [0, 1, 2, 3]);
+    const lastOfC = (name: string) =>
+      Math.max(...writes.filter((w) => w.name === name && w.holder === "c_1").map((w) => w.at));
+    const member = lastOfC(memberLeaseName(ID, "c_1"));
+    return cShards.map((k) => {
+      const name = shardLeaseName(ID, k);
+      const taken = writes.find((w) => w.name === name && w.holder === "a_1" && w.at > killedAt);
+      return taken!.at - Math.max(member, lastOfC(name));
+    });
+  } finally {
+    stopA.abort();
+    await a.stop();
+    await c.stop();
+  }
+}
+
+Deno.test("shard elector: a dead replica's shards are taken a lease duration after its last renewals, not a retry period or two later (the Lease watch)", async () => {
+  const watched: number[] = [];
+  const polled: number[] = [];
+  for (const phaseMs of [100, 500, 900]) {
+    watched.push(...await takeoverAfterKill(true, phaseMs));
+    polled.push(...await takeoverAfterKill(false, phaseMs));
+  }
+  console.log(`taken after (ms): watched ${watched}; polled ${polled}`);
+  // Lease duration 4 s; the fake clock moves in 100 ms steps.
+  assert(watched.every((ms) => ms >= 4_000 && ms <= 4_100), `watched: ${watched}`);
+  // Positive control: polling alone (the watch refused) sees renewals and run-outs late.
+  assert(polled.some((ms) => ms > 4_100), `polled: ${polled}`);
 });
