@@ -575,7 +575,10 @@ export class LeaderElector {
     let waitMs = Math.max(0, o.retryPeriodMs - this.fence.monotonicAgeMs());
     while (!signal.aborted && this.#state.kind === "leading") {
       try {
-        await sleepOn(this.#clock, waitMs, signal);
+        // Never past the renew deadline: an attempt that failed shortly before it must not put
+        // the loss off by a retry period (client-go bounds the whole renew poll by the deadline).
+        const untilDeadlineMs = Math.max(0, o.renewDeadlineMs - this.fence.monotonicAgeMs());
+        await sleepOn(this.#clock, Math.min(waitMs, untilDeadlineMs), signal);
       } catch {
         break;
       }

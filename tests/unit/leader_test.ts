@@ -384,6 +384,48 @@ Deno.test("leader: a leader that cannot renew within the renew deadline has lost
   assertEquals(api.lease!.spec!.holderIdentity, "a");
 });
 
+Deno.test("leader: a renewal failing shortly before the renew deadline does not put the loss off past it", async () => {
+  const api = new FakeLeaseApi();
+  const clock = new FakeClock();
+  const base = api.client();
+  // Once set, each update fails 150 ms after it is sent (a connection that answers late with an
+  // error; an attempt is two updates, the second from a fresh read): attempts at +1 s and +2.3 s
+  // fail at +1.3 s and +2.6 s, the second shortly before the deadline (+3 s).
+  let failSlowly = false;
+  const client = {
+    ...base,
+    update: (...args: Parameters<KubeClient["update"]>) =>
+      failSlowly
+        ? new Promise((_, reject) =>
+          clock.setTimer(() => reject(new TypeError("connection reset")), 150)
+        )
+        : base.update(...args),
+  } as unknown as KubeClient;
+  const a = elector(api, "a", clock, { client });
+  const stop = new AbortController();
+  let result: string | undefined;
+  const run = a.run(stop.signal).then((r) => result = r);
+  await flush();
+  for (let i = 0; i < 3; i++) {
+    clock.advance(1_000);
+    await flush();
+  }
+  assert(a.isLeader);
+  const lastRenew = clock.now();
+  failSlowly = true;
+  let lostAfter: number | undefined;
+  for (let i = 0; i < 60 && lostAfter === undefined; i++) {
+    clock.advance(100);
+    await flush();
+    if (result !== undefined) lostAfter = clock.now() - lastRenew;
+  }
+  await run;
+  assertEquals(result, "lost");
+  // At the deadline, as client-go's renew loop (bounded by it); before, the loss came a retry
+  // period after the last failed attempt (+3.8 s here).
+  assertEquals(lostAfter, 3_000);
+});
+
 Deno.test("leader S13: the fence counts from the Lease write, not from a slow read before it", async () => {
   const api = new FakeLeaseApi();
   const clock = new FakeClock();
