@@ -116,14 +116,20 @@ Deno.test("bookmark cadence: a watch reopened on an unwritten resource gets no b
   const c = await admin();
   const ns = await newNamespace("cadence");
   const dir = await Deno.makeTempDir({ prefix: "cadence-" });
-  // An apiserver of its own: no other client's consistent read asks etcd for progress, which
-  // moves every resource's cache at once (the watch cache's progress requests share one etcd
-  // watch stream). Nor does its own count of each resource's objects, once a minute by default
-  // through the watch cache (`--etcd-count-metric-poll-period=0` turns it off): on a slower
-  // machine every long stream got a bookmark from it and no stream went idle in six tries.
+  // An apiserver of its own, so that no other client's consistent read asks etcd for progress
+  // (it moves the cache), and without its own two periodic reads of each resource's keys through the watch cache, each
+  // of which waits for the cache to reach etcd's current revision and so moves it (and sends the
+  // watches a bookmark): the object count for API Priority and Fairness
+  // (`--etcd-count-metric-poll-period`, every minute) and the object size estimator's key cleanup
+  // (`SizeBasedListCostEstimate`, beta and on in 1.36: every 60–90 s per resource,
+  // k8s.io/apiserver pkg/storage/etcd3/stats.go). With them, most 80 s streams got a bookmark: on
+  // a slower machine all six did, and the test timed out.
   const second: SecondApiserver = await startSecondApiserver(info, {
     logFile: `${dir}/kube-apiserver-2.log`,
-    extraArgs: ["--etcd-count-metric-poll-period=0"],
+    extraArgs: [
+      "--etcd-count-metric-poll-period=0",
+      "--feature-gates=SizeBasedListCostEstimate=false",
+    ],
   });
   const config = await loadClusterConfig({ kubeconfig: info.kubeconfig });
   const client = new RecordingClient({ ...config, server: second.server }, {
@@ -146,26 +152,28 @@ Deno.test("bookmark cadence: a watch reopened on an unwritten resource gets no b
     await waitFor("watching ConfigMaps", () => others.reflector.openWatches === 1, 30_000);
     const episodes = client.health.episodes;
     await waitFor("the second watch", () => streams().length >= 2, 30_000);
-    // The cache may still move for a reason of its own (etcd's progress notification, every
-    // 10 minutes by default): then that stream gets bookmarks and ends at its timeout, and the
-    // next one is reopened from its last bookmark. Up to six long streams.
+    // The cache may still move for a reason of its own (etcd's progress notification to an idle
+    // watch, every 10 minutes by default): then that stream gets bookmarks and ends at its
+    // timeout, and the next one is reopened from its last bookmark. Up to six long streams.
+    const report = () =>
+      streams().map((w) => `from ${w.resourceVersion} (${w.timeoutSeconds} s): [${w.frames}]`);
     await waitFor(
       "the idle bound on a reopened watch",
       () => templates.of("idle").length >= 1,
       6 * (LONG_WATCH_S * 1_000 + 5_000),
       500,
-    );
+    ).catch((err) => {
+      console.log(`podtemplates watches:\n  ${report().join("\n  ")}`);
+      throw err;
+    });
     // A failure of the path would be followed by a probe within about 3 s and its recovery.
     await sleep(6_000);
     const all = streams();
     const idleEvent = templates.of("idle")[0];
     const idled = all.findLast((w) => w.resourceVersion === idleEvent.resourceVersion)!;
     const before = all.slice(0, all.indexOf(idled));
-    const report = all.map((w) =>
-      `from ${w.resourceVersion} (${w.timeoutSeconds} s): [${w.frames}]`
-    );
     console.log(
-      `podtemplates watches:\n  ${report.join("\n  ")}\nidle ${JSON.stringify(idleEvent)}; ` +
+      `podtemplates watches:\n  ${report().join("\n  ")}\nidle ${JSON.stringify(idleEvent)}; ` +
         `deaf ${JSON.stringify(templates.reflector.deaf)}; episodes ${episodes} -> ` +
         `${client.health.episodes}; other restarts ${JSON.stringify(others.of("restart"))}`,
     );
