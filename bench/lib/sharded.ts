@@ -15,7 +15,8 @@
 import { join } from "node:path";
 import type { Lease } from "kubernetes-types/coordination/v1.d.ts";
 import type { KubeClient } from "../../lib/kube/client.ts";
-import { LEASES } from "../../lib/kube/resources.ts";
+import type { Pod } from "kubernetes-types/core/v1.d.ts";
+import { LEASES, PODS } from "../../lib/kube/resources.ts";
 import type { AppService } from "../../lib/appservice/schema.ts";
 import { shardOf } from "../../lib/runtime/shards.ts";
 import { SHARD_SELECTOR_NOT_SERVED, SHARD_SELECTOR_SERVED } from "../../lib/runtime/shard_work.ts";
@@ -152,6 +153,7 @@ export async function shardedRuns(
   const out: ShardedResult[] = [];
   if (o.shardedGates.includes(true)) out.push(...await gatedRuns(n, o));
   if (o.shardedGates.includes(false)) {
+    await waitPodRuns(admin, o);
     for (const replicas of o.shardedReplicas) {
       out.push(await shardedRun(n, false, replicas, o, info, admin));
     }
@@ -172,6 +174,7 @@ async function gatedRuns(n: number, o: BenchOptions): Promise<ShardedResult[]> {
   const gatedAdmin = benchClient(gated.kubeconfig, `${BENCH_AGENT}0.1.0`);
   try {
     await installCrd(gatedAdmin);
+    await waitPodRuns(gatedAdmin, o);
     for (const replicas of o.shardedReplicas) {
       out.push(await shardedRun(n, true, replicas, o, gated, gatedAdmin));
     }
@@ -181,6 +184,38 @@ async function gatedRuns(n: number, o: BenchOptions): Promise<ShardedResult[]> {
     await stopCluster(dir).catch((err) => log("stop failed", { error: String(err) }));
   }
   return out;
+}
+
+/**
+ * Waits until a new control plane runs a Pod (kube-scheduler bound it, kwok marked it Ready;
+ * bounded: 120 s), then deletes it. A converge timed on a control plane started seconds before
+ * counts its warm-up: at N=1,000, 20.1 s when the AppServices were created 4–5 s after its start
+ * against 18.2 s from 6 s on (bench/README.md).
+ */
+async function waitPodRuns(admin: KubeClient, o: BenchOptions): Promise<void> {
+  const ns = "bench-sharded-warmup";
+  await createNamespace(admin, ns);
+  try {
+    await admin.create<Pod>(PODS, {
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name: "warmup", namespace: ns },
+      spec: { containers: [{ name: "app", image: "nginx:1.27" }] },
+    });
+    await waitUntil(
+      "a Pod running on the new control plane",
+      async () =>
+        (await admin.get<Pod>(PODS, "warmup", { namespace: ns })).status?.conditions?.some((c) =>
+          c.type === "Ready" && c.status === "True"
+        ) ?? false,
+      120_000,
+      100,
+    );
+  } finally {
+    await dropNamespace(admin, ns, o.createConcurrency).catch((err) =>
+      log("cleanup failed", { namespace: ns, error: String(err) })
+    );
+  }
 }
 
 /** One run: `replicas` replicas (3: `--shards 3`) converge `n` AppServices; with 3, a failover. */
