@@ -305,7 +305,6 @@ export class ShardElector {
   #memberFailingSinceMs?: number;
   /** Give-backs in progress (fair share), awaited by {@link stop}. */
   readonly #leaving = new Set<Promise<void>>();
-  #live = 1;
   /** Clock ms of the first failed round of the current run of failures; undefined after a success. */
   #failingSinceMs?: number;
   /** Whether the current run of failures was logged as an error (once per episode). */
@@ -318,12 +317,13 @@ export class ShardElector {
   readonly #nextTry = new Map<number, number>();
   /** The watch saw what a round must act on at once: a released shard, a member joined or left. */
   #due = false;
-  /** The live members of the last round. */
-  #liveSet = new Set<string>();
+  /** The live members of the last round (this replica included; before the first, itself). */
+  #liveSet: ReadonlySet<string>;
 
   /** An elector that does nothing until {@link start}. */
   constructor(o: ShardElectorOptions) {
     this.#o = { ...electorDefaults(), ...o };
+    this.#liveSet = new Set([o.identity]);
     this.#clock = this.#o.clock;
     this.#shards = Array.from({ length: o.shards }, (_, k) => ({
       k,
@@ -405,7 +405,7 @@ export class ShardElector {
 
   /** Live members seen at the last look (this replica included). */
   get liveMembers(): number {
-    return this.#live;
+    return this.#liveSet.size;
   }
 
   /** Whether shard `k`'s writes may leave now (held, not leaving, renewal fresh). */
@@ -565,7 +565,6 @@ export class ShardElector {
     const now = this.#clock.now();
     const byName = new Map(list.items.map((l) => [l.metadata?.name ?? "", l]));
     const live = this.#liveMembers(list.items, now);
-    this.#live = live.length;
     this.#liveSet = new Set(live);
     // One count at a time: the share is counted among the live members of this replica's
     // `--shards` only, and while a live member of another count holds a shard Lease this replica
