@@ -370,6 +370,7 @@ export class KubeClient {
       noRetry: true,
     });
     await resp.body?.cancel();
+    this.#transport.settle(resp);
   }
 
   /**
@@ -391,20 +392,22 @@ export class KubeClient {
 
   async #json<T>(req: RawRequest): Promise<T> {
     const resp = await this.#sender.send(req);
-    return await this.#read(req, () => resp.json() as Promise<T>);
+    return await this.#read(req, resp, () => resp.json() as Promise<T>);
   }
 
   /**
    * Reads the body of an answer with `read`; a body that breaks off is a failure of the path
    * (Transport.bodyFailed: the health is told, an {@link UnreachableError} is thrown), so that
    * callers see one kind of error for an outage whether it cut a request before or during its
-   * answer.
+   * answer. The answer is settled afterwards, read or not ({@link Transport.settle}).
    */
-  async #read<T>(req: RawRequest, read: () => Promise<T>): Promise<T> {
+  async #read<T>(req: RawRequest, resp: Response, read: () => Promise<T>): Promise<T> {
     try {
       return await read();
     } catch (err) {
       throw this.#transport.bodyFailed(req, err);
+    } finally {
+      this.#transport.settle(resp);
     }
   }
 
@@ -416,7 +419,9 @@ export class KubeClient {
     if (response === "full") return await this.#json<T>(req);
     const out: OutgoingRequest = { ...req, accept: METADATA_ACCEPT };
     const resp = await this.#sender.send(out);
-    if (response === "metadata") return await this.#read(out, () => resp.json() as Promise<T>);
+    if (response === "metadata") {
+      return await this.#read(out, resp, () => resp.json() as Promise<T>);
+    }
     // Read to the end, not cancelled: docs/design/client.md, "Answers not read".
     try {
       await resp.arrayBuffer();
@@ -424,6 +429,8 @@ export class KubeClient {
       // The write was done (a 2xx answer); only the body nobody reads was lost.
       const error = this.#transport.bodyFailed(out, err);
       if (!isUnreachable(error)) throw error;
+    } finally {
+      this.#transport.settle(resp);
     }
     return undefined;
   }

@@ -240,6 +240,7 @@ export class Sender {
     );
     if (resp.ok) return resp;
     const status = answerStatus(resp.status, resp.statusText, await resp.text().catch(() => ""));
+    this.#o.transport.settle(resp);
     const d = afterAnswer({ status: resp.status, retryAfter }, req, st, {
       maxThrottleWaitMs: this.#o.maxThrottleWaitMs,
       gated: this.#o.gate !== NO_GATE,

@@ -26,6 +26,7 @@ import {
   type Status,
   UnreachableError,
 } from "./errors.ts";
+import { type Deadline, deadline } from "./deadline.ts";
 import type { RawRequest } from "./params.ts";
 import { WatchRestartError } from "./watch.ts";
 
@@ -374,10 +375,25 @@ export class Transport {
   /** Requests and watches in flight, for the stall rule. */
   readonly inFlight: InFlightRequests = new InFlightRequests();
   #o: TransportOptions;
+  /** The time bound of each answer whose body is still to be read ({@link Transport.settle}). */
+  #bounds = new WeakMap<Response, Deadline>();
 
   /** A transport with the given options. */
   constructor(o: TransportOptions) {
     this.#o = o;
+  }
+
+  /**
+   * The body of an answer that {@link Transport.send} returned has been read to its end or
+   * cancelled: drops the request's time bound (lib/kube/deadline.ts). Without it the bound runs
+   * out by itself `requestTimeoutMs` after sending, aborting nothing that is still running.
+   * Idempotent; unknown responses are ignored.
+   */
+  settle(resp: Response): void {
+    const bound = this.#bounds.get(resp);
+    if (!bound) return;
+    this.#bounds.delete(resp);
+    bound.clear();
   }
 
   /** A request got no answer: tell the health tracker (and `onNoAnswer`). */
@@ -390,12 +406,15 @@ export class Transport {
    * Sends one attempt and waits for its response headers. Rejects only when the write fence
    * refuses the write before it is handed to `fetch` (nothing was sent), or with the error of the
    * request scope's `run` ({@link RequestScope.run}); every other outcome is resolved as an
-   * {@link Attempt}.
+   * {@link Attempt}. An answer's time bound keeps running while its body is read: whoever reads
+   * the body calls {@link Transport.settle} after it.
    */
   async send(a: AttemptSpec): Promise<Attempt> {
     const { req } = a;
     const stall = new AbortController();
-    const timeout = req.stream ? undefined : AbortSignal.timeout(this.#o.requestTimeoutMs);
+    // Covers the body too: cleared by settle() once the caller has read it.
+    const bound = req.stream ? undefined : deadline(this.#o.requestTimeoutMs);
+    const timeout = bound?.signal;
     // Writes in flight stop with the fence; and once more just after fetch() (below).
     const late = a.fence ? new AbortController() : undefined;
     const signals: AttemptSignals = {
@@ -442,6 +461,7 @@ export class Transport {
     } catch (err) {
       // The hook's own error (fetch() only returns a promise): the caller's, unchanged.
       stall.abort(err);
+      bound?.clear();
       sending?.catch(() => {});
       this.inFlight.requests.delete(entry);
       this.#record(req, "<error>", started, headers["Audit-ID"], scope);
@@ -453,9 +473,12 @@ export class Transport {
     } catch (err) {
       this.inFlight.requests.delete(entry);
       this.#record(req, "<error>", started, headers["Audit-ID"], scope);
-      return { type: "failure", failure: classifyFailure(err, signals, req, this.#o.route) };
+      const failure = classifyFailure(err, signals, req, this.#o.route);
+      bound?.clear();
+      return { type: "failure", failure };
     }
     this.inFlight.requests.delete(entry);
+    if (bound) this.#bounds.set(resp, bound);
     return this.#answered(req, resp, entry, started, headers["Audit-ID"], scope);
   }
 

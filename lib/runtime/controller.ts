@@ -38,6 +38,7 @@ import type { KubeObject } from "../kube/client.ts";
 import { type ConnectionHealth, isUnreachable } from "../kube/connection.ts";
 import { ApiError, FencedError, isConflict, isFenced, isThrottled } from "../kube/errors.ts";
 import type { ResourceType } from "../kube/resources.ts";
+import { deadline } from "../kube/deadline.ts";
 import { type Clock, realClock } from "./clock.ts";
 import { errorText, log, type Logger } from "./log.ts";
 import { MESSAGES, OUTAGE_NOTE } from "./messages.ts";
@@ -536,12 +537,16 @@ export class Controller {
         ? { namespace, name, reconcileID, traceID: span.traceID, spanID: span.spanID }
         : { namespace, name, reconcileID },
     );
-    const timeout = o.reconcileTimeoutMs ? AbortSignal.timeout(o.reconcileTimeoutMs) : undefined;
-    const signal = AbortSignal.any(timeout ? [this.#fence.signal, timeout] : [this.#fence.signal]);
+    // Cleared when the reconcile ends (lib/kube/deadline.ts: an uncleared bound holds its timer
+    // and signals for the whole bound).
+    const timeout = o.reconcileTimeoutMs ? deadline(o.reconcileTimeoutMs) : undefined;
+    const signal = AbortSignal.any(
+      timeout ? [this.#fence.signal, timeout.signal] : [this.#fence.signal],
+    );
     // The bound ran out before anything else aborted the reconcile (controller-runtime counts a
     // timeout only when its own deadline is what ended the context).
     const timedOut = () =>
-      timeout !== undefined && signal.aborted && signal.reason === timeout.reason;
+      timeout !== undefined && signal.aborted && signal.reason === timeout.signal.reason;
     const started = performance.now();
     let result: "success" | "error" | "requeue" | "requeue_after" = "success";
     let requeueAfterMs: number | undefined;
@@ -610,8 +615,10 @@ export class Controller {
         else logger.debug("Reconciler error", fields);
       }
     } finally {
+      const didTimeOut = timedOut();
+      timeout?.clear();
       this.#active--;
-      if (timedOut()) o.metrics?.reconcileTimeouts.inc({ controller: this.name });
+      if (didTimeOut) o.metrics?.reconcileTimeouts.inc({ controller: this.name });
       o.metrics?.reconcileTime.observe(
         { controller: this.name },
         (performance.now() - started) / 1000,
