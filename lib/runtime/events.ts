@@ -59,8 +59,38 @@ export const EVENT_WRITERS = 4;
 export const EVENT_QUEUE_LIMIT = 1_000;
 /** Finished series are swept from memory at most this often (ms). */
 const SWEEP_INTERVAL_MS = 60_000;
-/** Longest `note` the API accepts (events.k8s.io/v1 validation: 1 kB). */
-const NOTE_MAX = 1024;
+/**
+ * Longest `note` the API accepts, in bytes of UTF-8: events.k8s.io/v1 validation refuses a note
+ * whose Go `len` (bytes, not characters) is over 1,024 (k8s.io/kubernetes
+ * pkg/apis/core/validation/events.go, `NoteLengthLimit`).
+ */
+export const NOTE_MAX_BYTES = 1024;
+
+const utf8 = new TextEncoder();
+
+/**
+ * `text` cut to at most `maxBytes` bytes of UTF-8 at a character boundary, with `…` in place of
+ * what was cut (so the cut shows); `text` itself when it fits. A limit the API counts in bytes
+ * must be cut in bytes: a note of 400 Japanese characters (1,200 bytes) is refused whole, and the
+ * Event with it (422 `can have at most 1024 characters`).
+ * @param text any string (lone surrogates count as the 3 bytes of U+FFFD they are sent as)
+ * @param maxBytes the limit in bytes; at least 3
+ */
+export function clipUtf8(text: string, maxBytes: number): string {
+  // Fast path: every UTF-16 unit is at most 3 bytes of UTF-8.
+  if (text.length * 3 <= maxBytes || utf8.encode(text).length <= maxBytes) return text;
+  const budget = maxBytes - 3; // "…" is 3 bytes
+  let used = 0;
+  let end = 0;
+  for (const ch of text) {
+    const cp = ch.codePointAt(0)!;
+    const n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    if (used + n > budget) break;
+    used += n;
+    end += ch.length;
+  }
+  return `${text.slice(0, end)}…`;
+}
 
 /** What one event says. */
 export interface EventSpec {
@@ -236,7 +266,7 @@ export class EventRecorder {
       e.related?.metadata?.uid,
     ].join("|");
     const s = this.#series.get(key);
-    const note = e.note.slice(0, NOTE_MAX);
+    const note = clipUtf8(e.note, NOTE_MAX_BYTES);
     const noteChanged = s !== undefined && (s.event as { note?: string }).note !== note &&
       now - s.startedMs >= this.#intervalMs;
     if (s && now - s.lastObservedMs < EVENT_SERIES_FINISH_MS && !noteChanged) {
@@ -429,7 +459,7 @@ export class EventRecorder {
       reportingInstance: this.#instance,
       action: e.action,
       reason: e.reason,
-      note: e.note.slice(0, NOTE_MAX),
+      note: clipUtf8(e.note, NOTE_MAX_BYTES),
       type: e.type,
       regarding: ref(regarding),
       related: e.related ? ref(e.related) : undefined,

@@ -9,10 +9,12 @@ import type { KubeClient, KubeObject } from "../../lib/kube/client.ts";
 import { ApiError, FencedError } from "../../lib/kube/errors.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
 import {
+  clipUtf8,
   EVENT_SERIES_FINISH_MS,
   EVENT_SERIES_MIN_INTERVAL_MS,
   EventRecorder,
   EventWriteError,
+  NOTE_MAX_BYTES,
 } from "../../lib/runtime/events.ts";
 import { TerminatingNamespaces } from "../../lib/runtime/namespaces.ts";
 
@@ -286,5 +288,61 @@ Deno.test("events: a failed write says whether it may have reached the apiserver
     assert(e.message.includes(says), e.message);
     assert(e.message.startsWith("Event ImagePullBackOff about AppService/web: "), e.message);
     if (sent !== "no") assert(!e.message.includes("not sent"), e.message);
+  }
+});
+
+const utf8Bytes = (s: string) => new TextEncoder().encode(s).length;
+
+Deno.test("events: a note is cut to the API's limit in bytes of UTF-8, not in characters", async () => {
+  const api = fakeApi();
+  const rec = new EventRecorder(api.client, "ctl", "me");
+  // 400 Japanese characters: 400 UTF-16 units, 1,200 bytes (the apiserver counts bytes).
+  const japanese = "拒否されました。".repeat(50);
+  assertEquals(japanese.length, 400);
+  rec.record(as, {
+    type: "Warning",
+    reason: "PodCreateRejected",
+    action: "Create",
+    note: japanese,
+  });
+  // 1,100 ASCII characters: cut as before, by the same rule.
+  rec.record(as, { type: "Warning", reason: "Long", action: "Create", note: "x".repeat(1_100) });
+  rec.record(as, { type: "Normal", reason: "Short", action: "Create", note: "fits" });
+  await rec.flush();
+  const notes = api.calls.map((c) => (c.body as { note: string }).note);
+  assertEquals(notes.length, 3);
+  for (const n of notes) assert(utf8Bytes(n) <= NOTE_MAX_BYTES, `${utf8Bytes(n)} bytes`);
+  assert(notes[0].startsWith("拒否されました。") && notes[0].endsWith("…"), notes[0].slice(-5));
+  assert(utf8Bytes(notes[0]) > NOTE_MAX_BYTES - 4, "cut at the limit, not far before it");
+  assertEquals(notes[1], "x".repeat(NOTE_MAX_BYTES - 3) + "…");
+  assertEquals(notes[2], "fits");
+});
+
+Deno.test("clipUtf8: never over the limit, never splits a character, unchanged when it fits", () => {
+  const samples = [
+    "",
+    "abc",
+    "é".repeat(600),
+    "😀".repeat(300),
+    "a😀".repeat(300),
+    "\ud83d".repeat(500),
+  ];
+  for (const s of samples) {
+    for (const max of [3, 4, 5, 100, 1024]) {
+      const c = clipUtf8(s, max);
+      assert(utf8Bytes(c) <= max, `${JSON.stringify(s.slice(0, 4))} ${max}: ${utf8Bytes(c)} bytes`);
+      if (utf8Bytes(s) <= max) assertEquals(c, s);
+      else {
+        assert(c.endsWith("…"));
+        const kept = c.slice(0, -1);
+        assert(s.startsWith(kept), "a prefix of the text");
+        // No character split: the kept part does not end in a high surrogate of a pair.
+        const last = kept.charCodeAt(kept.length - 1);
+        assert(
+          !(last >= 0xd800 && last <= 0xdbff && s.charCodeAt(kept.length) >= 0xdc00),
+          "split pair",
+        );
+      }
+    }
   }
 });
