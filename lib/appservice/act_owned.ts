@@ -13,12 +13,21 @@ import { PODDISRUPTIONBUDGETS, PODS, SERVICES } from "../kube/resources.ts";
 import { errorText } from "../runtime/log.ts";
 import { isControlledBy } from "../runtime/ownership.ts";
 import { type Actor, FIELD_MANAGER, rethrowIfAbortive, type Turn } from "./act.ts";
-import { type PdbStep, REASON_SERVICE_REJECTED, type ServiceStep, serviceWrite } from "./plan.ts";
-import { MANAGED_SELECTOR, orphanKeys } from "./pods.ts";
+import {
+  type PdbStep,
+  REASON_PDB_REJECTED,
+  REASON_SERVICE_REJECTED,
+  type ServiceStep,
+  serviceWrite,
+} from "./plan.ts";
+import { MANAGED_BY, MANAGED_SELECTOR, orphanKeys } from "./pods.ts";
 import { isWriteRejection } from "./rejections.ts";
 
 /** A Service of the wanted name exists and belongs to someone else. */
 class ServiceConflict extends Error {}
+
+/** A PodDisruptionBudget of the wanted name exists and belongs to someone else. */
+class PdbConflict extends Error {}
 
 /**
  * Performs the Service step: created with server-side apply, converged with a merge patch
@@ -114,7 +123,12 @@ export async function serviceStep(a: Actor, t: Turn, step: ServiceStep): Promise
 }
 
 /**
- * Performs the PodDisruptionBudget step: server-side apply, or delete.
+ * Performs the PodDisruptionBudget step: server-side apply, or delete. As with the Service, a
+ * budget of the name that is not in the cache is read first: someone else's is never taken over
+ * (a forced apply would give it our selector and owner, and the AppService's delete would delete
+ * it): `PodDisruptionBudgetNameConflict`, no write. An orphan of ours (our labels for this name,
+ * no controller) is adopted. A write the apiserver refuses is retried slowly (rejections.ts),
+ * `PodDisruptionBudgetRejected`.
  * @returns the apiserver's answer to an apply that went through (to stand for the budget until
  *   the cache shows it), else undefined
  */
@@ -124,12 +138,36 @@ export async function pdbStep(
   step: PdbStep,
 ): Promise<PodDisruptionBudget | undefined> {
   if (step.kind === "none") return undefined;
-  const { as, ctx } = t;
-  const { events } = a.deps;
+  const { as, ctx, key } = t;
+  const { events, rejected } = a.deps;
   const name = as.metadata.name!;
+  if (step.kind === "held") {
+    t.failures.push(a.held(REASON_PDB_REJECTED, step.refusal));
+    return undefined;
+  }
   try {
     if (step.kind === "apply") {
-      const { want, live } = step;
+      const { want } = step;
+      let live = step.live;
+      let adopt = false;
+      if (!live) {
+        // Not in our cache: it may still exist, made by someone else.
+        live = await a.deps.client.get<PodDisruptionBudget>(PODDISRUPTIONBUDGETS, name, {
+          namespace: as.metadata.namespace,
+          signal: ctx.signal,
+        }).catch((err) => {
+          if (isNotFound(err)) return undefined;
+          throw err;
+        });
+        if (live && !isControlledBy(live, as.metadata.uid!)) {
+          adopt = orphanKeys(live).includes(key) && await a.canAdopt(t);
+          if (!adopt) {
+            throw new PdbConflict(
+              `PodDisruptionBudget ${name} exists and is not owned by this AppService`,
+            );
+          }
+        }
+      }
       const got = await a.deps.client.patch<PodDisruptionBudget>(PODDISRUPTIONBUDGETS, name, want, {
         namespace: as.metadata.namespace,
         type: "apply",
@@ -137,14 +175,19 @@ export async function pdbStep(
         force: true,
         signal: ctx.signal,
       });
-      const verb = live ? "Updated" : "Created";
+      rejected.succeeded(key, "pdb");
+      const [verb, action] = !live
+        ? ["Created", "Create"]
+        : adopt
+        ? ["Adopted", "Adopt"]
+        : ["Updated", "Update"];
       ctx.logger.info(`${verb} PodDisruptionBudget`, {
         maxUnavailable: String(want.spec?.maxUnavailable),
       });
       events.record(as, {
         type: "Normal",
         reason: `PodDisruptionBudget${verb}`,
-        action: live ? "Update" : "Create",
+        action,
         note: `${verb} PodDisruptionBudget ${name} (maxUnavailable ${want.spec?.maxUnavailable})`,
       });
       return got;
@@ -160,13 +203,41 @@ export async function pdbStep(
     }
   } catch (err) {
     rethrowIfAbortive(err);
-    if (!a.namespaceClosed(as, err)) {
+    if (err instanceof PdbConflict) {
+      t.failures.push({ reason: "PodDisruptionBudgetNameConflict", message: err.message });
+    } else if (a.namespaceClosed(as, err)) {
+      // Its namespace is being deleted (docs/scenarios.md S21): not a failure.
+    } else if (step.kind === "apply" && isWriteRejection(err)) {
+      t.failures.push(
+        a.refusal(t, "pdb", REASON_PDB_REJECTED, `PodDisruptionBudget ${name}`, err),
+      );
+    } else {
       t.failures.push({
         reason: "FailedPodDisruptionBudget",
         message: `PodDisruptionBudget ${name}: ${errorText(err)}`,
       });
     }
   }
+}
+
+/**
+ * Owned Pods out of the cache's sight: controlled by `t.as` but without the `managed-by` label the
+ * operator's Pod cache selects on (removed by hand, e.g. while the operator was not running, so
+ * no create answered AlreadyExists to put it back). Found through the API by the other label of
+ * ours, `app.kubernetes.io/instance` (server-side selection: usually an empty answer). A Pod
+ * that lost both labels is beyond it; the garbage collector still deletes it with the
+ * AppService.
+ * @returns those Pods, being deleted or not
+ */
+export async function outOfSightPods(a: Actor, t: Turn): Promise<Pod[]> {
+  const { as, ctx } = t;
+  const listed = await a.deps.client.listAll<Pod>(PODS, {
+    namespace: as.metadata.namespace,
+    labelSelector: `app.kubernetes.io/instance=${as.metadata.name},` +
+      `app.kubernetes.io/managed-by!=${MANAGED_BY}`,
+    signal: ctx.signal,
+  });
+  return listed.items.filter((p) => isControlledBy(p, as.metadata.uid!));
 }
 
 /**
@@ -193,7 +264,8 @@ export async function cleanupOwned(
     labelSelector: MANAGED_SELECTOR,
     signal,
   });
-  const pods = listed.items.filter(ownedByUs);
+  // With those out of the cache's sight (managed-by removed by hand): found by the other label.
+  const pods = [...listed.items.filter(ownedByUs), ...await outOfSightPods(a, t)];
   let svc: Service | undefined;
   try {
     const s = await a.deps.client.get<Service>(SERVICES, as.metadata.name!, {

@@ -42,6 +42,8 @@ import { desiredService, serviceMatches, servicePatch } from "./service.ts";
 export const REASON_POD_CREATE_REJECTED = "PodCreateRejected";
 /** Condition reason of a Service write the apiserver refused. */
 export const REASON_SERVICE_REJECTED = "ServiceRejected";
+/** Condition reason of a PodDisruptionBudget write the apiserver refused. */
+export const REASON_PDB_REJECTED = "PodDisruptionBudgetRejected";
 
 /** What the plan does with the Service. */
 export type ServiceStep =
@@ -61,7 +63,12 @@ export type ServiceStep =
 /** What the plan does with the PodDisruptionBudget. */
 export type PdbStep =
   | { readonly kind: "none" }
-  /** Server-side apply `want`; `live` is the cached one, if any. */
+  /** A write of it is held back by an earlier refusal (rejections.ts). */
+  | { readonly kind: "held"; readonly refusal: Refusal }
+  /**
+   * Server-side apply `want`; `live` is the cached one, if any. Without one, the name is read
+   * from the API first: someone else's budget of that name is never taken over.
+   */
   | {
     readonly kind: "apply";
     readonly want: PodDisruptionBudget;
@@ -98,6 +105,8 @@ export interface PlanInput {
   createHeld?: Refusal;
   /** Refused Service write held back until its retry, if any. */
   serviceHeld?: Refusal;
+  /** Refused PodDisruptionBudget write held back until its retry, if any. */
+  pdbHeld?: Refusal;
 }
 
 /** The actions of one reconcile (see the module doc). */
@@ -145,7 +154,9 @@ function pdbStep(as: AppService, params: RolloutParams, i: PlanInput): PdbStep {
   if (!i.pdbs) return { kind: "none" };
   const want = desiredPdb(as, params);
   const live = i.pdb;
-  if (want && (!live || !pdbMatches(live, want))) return { kind: "apply", want, live };
+  if (want && (!live || !pdbMatches(live, want))) {
+    return i.pdbHeld ? { kind: "held", refusal: i.pdbHeld } : { kind: "apply", want, live };
+  }
   if (!want && live && !live.metadata?.deletionTimestamp) return { kind: "delete", live };
   return { kind: "none" };
 }

@@ -107,7 +107,7 @@ import type { TerminatingNamespaces } from "../runtime/namespaces.ts";
 import { isControlledBy } from "../runtime/ownership.ts";
 import { CONTROLLER_UID_INDEX, splitKey, type Store } from "../runtime/store.ts";
 import { Actor, FIELD_MANAGER, rethrowIfAbortive, type Turn } from "./act.ts";
-import { cleanupOwned, pdbStep, serviceStep } from "./act_owned.ts";
+import { cleanupOwned, outOfSightPods, pdbStep, serviceStep } from "./act_owned.ts";
 import { APPSERVICES, FINALIZER } from "./api.ts";
 import { RESYNC_ANNOTATION, resyncDelayMs, syncFailure } from "./disruption.ts";
 import { adoptablePods, nextStep, plan, podsToRelabel, type ReconcilePlan } from "./plan.ts";
@@ -501,7 +501,7 @@ class AppServiceReconciler {
   ): Promise<
     { p: ReconcilePlan; owned: Pod[]; failedPods: FailedPod[]; podWritesExpireAtMs?: number }
   > {
-    const { key, as } = t;
+    const { key, as, ctx } = t;
     const deps = this.#deps;
     const cachedOwned = deps.pods.byIndex(CONTROLLER_UID_INDEX, as.metadata.uid!);
     // Ownership first (client-go ControllerRefManager): orphans of this name with this
@@ -513,8 +513,24 @@ class AppServiceReconciler {
     // With its own creates and deletes the cache does not show yet (docs/scenarios.md S5).
     const known = this.#podWrites.view(key, as.metadata.uid!, cachedOwned, this.#now());
     const owned = known.pods;
-    for (const pod of podsToRelabel(as, owned)) await this.#act.restoreLabels(t, pod);
     const generation = as.metadata.generation ?? 0;
+    // A spec change that finds fewer Pods than status last counted: some may be out of the
+    // cache's sight (managed-by removed while nobody watched; a scale-down would never see them).
+    // Read once through the API; found ones get their labels back below and count in the plan.
+    if (
+      generation !== as.status?.observedGeneration &&
+      (as.status?.replicas ?? 0) > owned.length
+    ) {
+      const seen = new Set(owned.map((p) => p.metadata?.uid));
+      for (const pod of await outOfSightPods(this.#act, t)) {
+        if (seen.has(pod.metadata?.uid) || pod.metadata?.deletionTimestamp) continue;
+        ctx.logger.info("Found an owned Pod without the operator's labels", {
+          pod: pod.metadata?.name,
+        });
+        owned.push(pod);
+      }
+    }
+    for (const pod of podsToRelabel(as, owned)) await this.#act.restoreLabels(t, pod);
     /** Failed Pods of the current spec: replaced when due (replacements.ts), reported meanwhile. */
     const failureOf = new Map<Pod, PodFailure>();
     const p = plan({
@@ -533,6 +549,7 @@ class AppServiceReconciler {
       preferSlots: this.#replacements.slots(key),
       createHeld: this.#rejected.held(key, generation, "pod-create"),
       serviceHeld: this.#rejected.held(key, generation, "service"),
+      pdbHeld: this.#rejected.held(key, generation, "pdb"),
     });
     const failedPods = [...p.rollout.failedDue, ...p.rollout.held].map((h) => ({
       pod: h.pod,

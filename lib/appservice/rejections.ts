@@ -11,7 +11,7 @@
  * ×2 per failure up to 1,000 s), without its first sub-5-s steps, which are meant for transient
  * faults.
  *
- * The record is per AppService key, per write ("pod-create", "service") and per generation: a new
+ * The record is per AppService key, per write ("pod-create", "service", "pdb") and per generation: a new
  * generation (the user changed the spec) forgets it, so the changed spec is tried at once. Other
  * reconciles of the key meanwhile (a Pod became Ready, a resync) skip the refused write and keep
  * reporting it. The reconciler asks to be requeued at {@link RejectedWrites.nextDelayMs}, so the

@@ -144,8 +144,10 @@ export async function mutationPolicy(
 
 /** What {@link denyPolicy} refuses. */
 export interface DenyRule {
-  /** Core (v1) resource, e.g. `pods`. */
+  /** v1 resource of `apiGroup`, e.g. `pods`. */
   resource: string;
+  /** Its API group; default the core group (""). */
+  apiGroup?: string;
   /** Operations, e.g. `["CREATE"]`. */
   operations: string[];
   /** CEL over `object`; the request is refused where it is false. */
@@ -173,7 +175,7 @@ export async function denyPolicy(
       failurePolicy: "Fail",
       matchConstraints: {
         resourceRules: [{
-          apiGroups: [""],
+          apiGroups: [rule.apiGroup ?? ""],
           apiVersions: ["v1"],
           operations: rule.operations,
           resources: [rule.resource],

@@ -62,10 +62,11 @@ compares them).
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Owned PodDisruptionBudget: informer, server-side apply, delete.
+# Owned PodDisruptionBudget: informer, server-side apply, delete; get (one of the name not in
+# the cache may be someone else's: never taken over).
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # ResourceQuotas: informer; a change retries at once the Pod creates a quota refused.
 - apiGroups: [""]
   resources: ["resourcequotas"]
