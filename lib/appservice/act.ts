@@ -371,6 +371,7 @@ export class Actor {
         t.failures.push({
           reason: "FailedCreatePod",
           message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
+          cause: err,
         });
       }
     }
@@ -430,7 +431,7 @@ export class Actor {
       t.failures.push(
         isWriteRejection(err)
           ? this.refusal(t, "pod-create", REASON_POD_CREATE_REJECTED, what, err)
-          : { reason: "FailedCreatePod", message: `${what} ${errorText(err)}` },
+          : { reason: "FailedCreatePod", message: `${what} ${errorText(err)}`, cause: err },
       );
       return false;
     }
@@ -487,6 +488,7 @@ export class Actor {
         t.failures.push({
           reason: "FailedDeletePod",
           message: `Pod ${pod.metadata?.name}: ${errorText(err)}`,
+          cause: err,
         });
       }
     }

@@ -117,7 +117,11 @@ export async function serviceStep(a: Actor, t: Turn, step: ServiceStep): Promise
         a.refusal(t, "service", REASON_SERVICE_REJECTED, `Service ${name}`, err),
       );
     } else {
-      t.failures.push({ reason: "FailedService", message: `Service ${name}: ${errorText(err)}` });
+      t.failures.push({
+        reason: "FailedService",
+        message: `Service ${name}: ${errorText(err)}`,
+        cause: err,
+      });
     }
   }
 }
@@ -215,6 +219,7 @@ export async function pdbStep(
       t.failures.push({
         reason: "FailedPodDisruptionBudget",
         message: `PodDisruptionBudget ${name}: ${errorText(err)}`,
+        cause: err,
       });
     }
   }

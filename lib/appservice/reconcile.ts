@@ -115,7 +115,7 @@ import { ORPHAN_INDEX, orphanKeys, SPEC_HASH_ANNOTATION } from "./pods.ts";
 import { RejectedWrites } from "./rejections.ts";
 import { type PodFailure, PodReplacements } from "./replacements.ts";
 import { OwnPodWrites, statusWritten, WrittenVersions } from "./written.ts";
-import { cleanupStatus, type FailedPod, reconcileStatus } from "./report.ts";
+import { cleanupStatus, type FailedPod, outageCause, reconcileStatus } from "./report.ts";
 import type { AppService, AppServiceStatusT } from "./schema.ts";
 import {
   awaitsScheduler,
@@ -632,7 +632,7 @@ class AppServiceReconciler {
       statusOutdated,
       nowMs: this.#now(),
     });
-    if ("fail" in next) throw new ReportedError(next.fail);
+    if ("fail" in next) throw new ReportedError(next.fail, { cause: outageCause(t.failures) });
     if (next.slowRetry && next.result.kind === "after") {
       ctx.logger.info("A write was refused; retrying slowly", {
         reasons: [...new Set(t.failures.map((f) => f.reason))].join(","),

@@ -8,6 +8,7 @@
  * @module
  */
 import type { Pod } from "kubernetes-types/core/v1.d.ts";
+import { isUnreachable } from "../kube/errors.ts";
 import { isPodReady, podOrdinal, selectorLabels, specHash } from "./pods.ts";
 import type { PodFailure } from "./replacements.ts";
 import {
@@ -44,6 +45,25 @@ export interface Failure {
   rejected?: boolean;
   /** Already reported by an earlier reconcile (a write held back): no new Event. */
   held?: boolean;
+  /**
+   * The error the write failed with, if any: how the reconcile's error is told apart as part of
+   * an apiserver outage once it is reported, which may be after the path came back
+   * ({@link outageCause}).
+   */
+  cause?: unknown;
+}
+
+/**
+ * The cause to give the error of a reconcile that failed with `failures`: the first one's cause
+ * when every failure that is reported now failed because the apiserver could not be reached
+ * (`isUnreachable`), else undefined. The controller logs such an error as part of the outage (one
+ * line per outage, docs/design/transport.md), also when the reconcile ends after the path came
+ * back, e.g. a Pod create failed in the outage and the status write that followed went through.
+ * One failure of another kind makes it an error of its own, logged as such.
+ */
+export function outageCause(failures: readonly Failure[]): unknown {
+  const now = failures.filter((f) => !f.held);
+  return now.length > 0 && now.every((f) => isUnreachable(f.cause)) ? now[0].cause : undefined;
 }
 
 /** A failed Pod of the current spec, with its replacement record (replacements.ts). */
